@@ -1,0 +1,84 @@
+"""autopatch: makes torch.export work on Hugging Face models without changing the code that calls it.
+
+Zero-code use:   EXPORT_PATCHES=1 python your_script.py
+Explicit use:    import autopatch; autopatch.enable("all") ... autopatch.disable()
+                 with autopatch.patched("pytree,transformers"): torch.export.export(...)
+
+Importing this package is cheap: torch, transformers and wrapt are imported only when needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from . import _bootstrap
+
+__version__ = "0.1.0"
+__all__ = ["enable", "disable", "patched", "status", "patches", "last_export_report", "in_export", "__version__"]
+
+
+def _agent():
+    from .agent import AGENT
+
+    return AGENT
+
+
+def enable(selection: str = "all"):
+    """Activates the agent with a selection in the EXPORT_PATCHES grammar; returns the parsed selection.
+
+    Re-enabling replaces the previous selection. Problems (unknown names) are logged, or raised under
+    EXPORT_PATCHES_STRICT=1."""
+    _bootstrap.doors.append("enable()")
+    return _agent().enable(selection)
+
+
+def disable() -> None:
+    """Removes every patch, restoring the original objects and pytree registrations."""
+    _agent().disable()
+
+
+@contextlib.contextmanager
+def patched(selection: str = "all"):
+    """Patches active inside the block; the previous selection (or none) is restored after it."""
+    agent = _agent()
+    before = agent.selection.text if agent.active else ""
+    enable(selection)
+    try:
+        yield agent
+    finally:
+        if before:
+            agent.enable(before)
+        else:
+            agent.disable()
+
+
+def status() -> dict:
+    """The structure `autopatch status --json` prints: header and one row per patch."""
+    from . import report
+
+    return report.build(_agent())
+
+
+def patches() -> list:
+    """The live record of every patch (entry points first): spec, state, detail, hits."""
+    return list(_agent().records.values())
+
+
+def last_export_report():
+    """What the most recent export (in any thread) used: entry point, thread, seconds, error, patch hits."""
+    from . import scope
+
+    run = scope.last_run()
+    return run.as_dict() if run is not None else None
+
+
+def in_export() -> bool:
+    """True while the current thread is inside a torch.export entry point."""
+    from . import scope
+
+    return scope.in_export()
+
+
+# `import autopatch` is a door too: with EXPORT_PATCHES set, importing the package activates the agent. The
+# other doors import the package on their way in, so the door is named after the importer.
+_bootstrap.activate(_bootstrap.importer_door())

@@ -1,0 +1,109 @@
+"""The agent's lifecycle: which patches are selected, when each is installed, and how all are taken out.
+
+    enable(selection) ─> every selected spec: version gate ─> SKIPPED
+                                              └─> trigger imported?  yes: install now (APPLIED_LATE)
+                                                                     no:  PENDING, hook on the trigger
+    trigger imported ─> hook ─> install (APPLIED | DRIFTED | SKIPPED | FAILED)
+    disable() ─> undo every installed patch, every other record back to DISABLED
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+from . import config, hooks, install, registry, selection, state, versions
+
+log = logging.getLogger("autopatch")
+
+
+class AgentError(RuntimeError):
+    """Raised only under EXPORT_PATCHES_STRICT=1."""
+
+
+class Agent:
+    def __init__(self, entry_points=registry.EXPORT_ENTRY_POINTS, patches=registry.PATCHES):
+        self._lock = threading.RLock()
+        self.entry_points = tuple(entry_points)
+        self.patches = list(patches)
+        self.records = {spec.id: state.PatchRecord(spec) for spec in self.entry_points + tuple(self.patches)}
+        self.selection = selection.parse("", self.patches)
+        self.doors: list[str] = []
+
+    @property
+    def active(self) -> bool:
+        return self.selection.active
+
+    def add(self, spec) -> None:
+        """Adds a spec to the table (custom patches); it is selected by the next enable()."""
+        with self._lock:
+            if spec.id in self.records:
+                raise ValueError(f"a patch with id {spec.id!r} already exists")
+            self.patches.append(spec)
+            self.records[spec.id] = state.PatchRecord(spec)
+
+    def enable(self, text: str = "all") -> selection.Selection:
+        with self._lock:
+            if self.active:
+                self.disable()
+            sel = selection.parse(text, self.patches)
+            for problem in sel.problems:
+                self._problem(problem)
+            self.selection = sel
+            if not sel.active:
+                return sel
+            chosen = [s for s in self.entry_points] + [s for s in self.patches if s.id in sel.ids]
+            for spec in chosen:
+                self._arm(self.records[spec.id])
+            log.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
+            return sel
+
+    def _arm(self, record) -> None:
+        spec = record.spec
+        why_not = versions.unmet(spec.requires)
+        if why_not:
+            record.set(state.SKIPPED, why_not)
+            return
+        record.set(state.PENDING)
+        module = sys.modules.get(spec.trigger)
+        if module is not None:
+            self._install(record, module, late=True)
+        else:
+            hooks.on_import(spec.trigger, self._on_import)
+
+    def _on_import(self, module) -> None:
+        # Runs inside the user's import statement: nothing may escape but a strict-mode error.
+        with self._lock:
+            for record in list(self.records.values()):
+                if record.spec.trigger == module.__name__ and record.state == state.PENDING:
+                    self._install(record, module, late=False)
+
+    def _install(self, record, module, late: bool) -> None:
+        install.install(record, module, late=late)
+        if record.state == state.FAILED:
+            last = record.detail.strip().splitlines()[-1]
+            self._problem(f"{record.spec.id} failed to install on {record.spec.target_name}: {last}", record.detail)
+
+    def _problem(self, message: str, detail: str = "") -> None:
+        """One log line, the program runs on; under EXPORT_PATCHES_STRICT=1 an exception instead."""
+        if config.strict():
+            raise AgentError(f"{message}\n{detail}" if detail else message)
+        log.warning("autopatch: %s", message)
+
+    def disable(self) -> None:
+        with self._lock:
+            for record in self.records.values():
+                if record.state in state.INSTALLED:
+                    install.uninstall(record)
+                    if record.detail:
+                        log.warning("autopatch: %s: %s", record.spec.id, record.detail)
+                else:
+                    record.set(state.DISABLED)
+            self.selection = selection.parse("", self.patches)
+
+    def hits(self) -> dict:
+        return {r.spec.id: r.hits for r in self.records.values() if r.hits}
+
+
+AGENT = Agent()

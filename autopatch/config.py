@@ -1,0 +1,56 @@
+"""Every environment variable autopatch reads, declared once.
+
+The README table and ``autopatch status --help`` are generated from ``VARIABLES``; a test checks the README
+against it.  Reading the environment is kept here so that the rest of the code never calls ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    name: str
+    default: str
+    help: str
+
+
+VARIABLES = (
+    EnvVar(
+        "EXPORT_PATCHES",
+        "",
+        "Selects the patches: `1`/`all` the defaults, `0`/empty none, or a comma list of families, ids and "
+        "globs; a leading `-` excludes (`all,-transformers.*`).",
+    ),
+    EnvVar(
+        "EXPORT_PATCHES_STRICT",
+        "0",
+        "`1` turns every reported problem (bad selection, patch that fails to install) into an exception. For CI.",
+    ),
+    EnvVar(
+        "EXPORT_PATCHES_LOG",
+        "",
+        "Log level of the `autopatch` logger printed to stderr (`debug` shows every state change). Empty: "
+        "warnings only, through Python's default handler.",
+    ),
+)
+
+_BY_NAME = {v.name: v for v in VARIABLES}
+_TRUE = ("1", "true", "yes", "on")
+
+
+def read(name: str) -> str:
+    return os.environ.get(name, _BY_NAME[name].default).strip()
+
+
+def strict() -> bool:
+    return read("EXPORT_PATCHES_STRICT").lower() in _TRUE
+
+
+def markdown_table() -> str:
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for v in VARIABLES:
+        rows.append(f"| `{v.name}` | `{v.default}` | {v.help} |")
+    return "\n".join(rows)

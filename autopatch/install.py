@@ -1,0 +1,105 @@
+"""Putting one patch in place on an imported module, and taking it out again.
+
+Every function here works on the module it is given and nothing else: a post-import hook may fire while the
+parent package is still half initialised, so importing siblings from here could start an import cycle.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+
+from . import fingerprint, scope, state
+from .spec import owner_and_name
+
+
+class Skip(Exception):
+    """Raised by an installer that decides, after looking at the live objects, not to apply."""
+
+
+def install(record, module, late: bool) -> None:
+    """Installs ``record.spec`` on ``module``; any problem becomes the record's state, never an exception."""
+    spec = record.spec
+    try:
+        owner, name = owner_and_name(module, spec.target)
+        raw = inspect.getattr_static(owner, name)
+    except AttributeError:
+        record.set(state.SKIPPED, f"{spec.target_name} does not exist in this version")
+        return
+    try:
+        if spec.mode == "install":
+            # An installer returns its undo, or (undo, detail) when status should say more, e.g. whose
+            # registration it replaced.
+            result = spec.resolve_replacement()(owner, name, raw)
+            undo, detail = result if isinstance(result, tuple) else (result, "")
+        else:
+            undo, detail = _swap(record, owner, name, raw), ""
+            if undo is None:
+                return
+    except Skip as exc:
+        record.set(state.SKIPPED, str(exc))
+        return
+    except Exception:
+        record.set(state.FAILED, traceback.format_exc())
+        return
+    record.undo = undo
+    record.set(state.APPLIED_LATE if late else state.APPLIED, detail)
+
+
+def _swap(record, owner, name, raw):
+    spec = record.spec
+    # staticmethod/classmethod objects are unwrapped, routed, and wrapped again in the same descriptor type.
+    descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+    original = raw.__func__ if descriptor else raw
+    if getattr(original, "__autopatch_id__", None) is not None:
+        raise RuntimeError(f"{spec.target_name} is already patched by autopatch ({original.__autopatch_id__})")
+    if spec.fingerprints:
+        found = fingerprint.of(original)
+        if found not in spec.fingerprints:
+            record.set(
+                state.DRIFTED,
+                f"source of {spec.target_name} changed (written against {', '.join(spec.fingerprints)}, "
+                f"found {found}); not applied",
+            )
+            return None
+    if spec.mode == "route":
+        new = scope.make_router(original, spec.resolve_replacement(), record)
+    else:
+        new = scope.make_entry(original, record)
+    new_raw = descriptor(new) if descriptor else new
+    had_own = not isinstance(owner, type) or name in vars(owner)
+    setattr(owner, name, new_raw)
+
+    def undo() -> str:
+        scope.forget(spec.id)
+        current = inspect.getattr_static(owner, name, None)
+        if current is not new_raw:
+            return (
+                f"could not restore {spec.target_name}: {_describe(current)} was set on top of autopatch's "
+                "wrapper; the wrapper stays but is inert"
+            )
+        if had_own:
+            setattr(owner, name, raw)
+        else:
+            delattr(owner, name)  # the attribute was inherited: remove our override, expose the base again
+        return ""
+
+    return undo
+
+
+def _describe(obj) -> str:
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{qualname}"
+
+
+def uninstall(record) -> None:
+    if record.undo is None:
+        record.set(state.DISABLED)
+        return
+    try:
+        problem = record.undo() or ""
+    except Exception:
+        problem = "undo raised:\n" + traceback.format_exc()
+    record.undo = None
+    record.set(state.DISABLED, problem)

@@ -1,0 +1,138 @@
+"""The export scope: a per-thread flag that says "torch.export is tracing here, use the patched code".
+
+Entry points (``torch.export.export`` and friends) are wrapped by ``make_entry``; calling one sets the flag
+for the current thread for the duration of the call.  Patched functions are replaced by ``make_router``
+routers that test the flag on every call.
+
+Why a ContextVar: each thread (and each asyncio task) sees its own value, so an export in one thread never
+changes what eager code in another thread runs, and ``reset(token)`` restores the outer value on exit, on
+exceptions and when exports nest.
+
+Why ``_dynamo_marked_constant``: under ``strict=True`` dynamo traces the router's bytecode, and it cannot
+trace ``ContextVar.get`` (it stops with "Unsupported method call").  A function marked as a constant result
+is *called* by dynamo at trace time, in the tracing thread, and its return value is baked into the graph,
+which is exactly the decision we want.  ``torch._dynamo.assume_constant_result`` sets this attribute and
+nothing else; setting it ourselves avoids importing torch._dynamo when a patch is installed (a test keeps the
+two in step).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import threading
+import time
+
+_RUN: contextvars.ContextVar = contextvars.ContextVar("autopatch_export_run", default=None)
+#: Records of installed route patches by id; the router looks its record up by id because dynamo passes
+#: only constants (the id string) to a constant-result function.
+_RECORDS: dict = {}
+_last_run = None
+
+
+class ExportRun:
+    """What one export in scope used: which patches ran and how often."""
+
+    def __init__(self, entry: str):
+        self.entry = entry
+        self.thread = threading.current_thread().name
+        self.started = time.time()
+        self.seconds = None
+        self.hits: dict[str, int] = {}
+        self.error = None
+
+    def as_dict(self) -> dict:
+        return {
+            "entry": self.entry,
+            "thread": self.thread,
+            "seconds": self.seconds,
+            "error": self.error,
+            "patches": dict(sorted(self.hits.items())),
+        }
+
+
+def in_export() -> bool:
+    """True while the current thread is inside an export entry point."""
+    return _RUN.get() is not None
+
+
+def current_run():
+    return _RUN.get()
+
+
+def last_run():
+    """The most recent export that finished, in any thread."""
+    return _last_run
+
+
+def count_hit(patch_id: str) -> None:
+    """Counts one use of a patch by the export running in this thread (no-op outside export)."""
+    run = _RUN.get()
+    if run is None:
+        return
+    run.hits[patch_id] = run.hits.get(patch_id, 0) + 1
+    record = _RECORDS.get(patch_id)
+    if record is not None:
+        record.hit()
+
+
+# Called from pytree flatten functions, which dynamo traces under strict=True: run it at trace time instead.
+count_hit._dynamo_marked_constant = True
+
+
+def use_patch(patch_id: str) -> bool:
+    if _RUN.get() is None:
+        return False
+    count_hit(patch_id)
+    return True
+
+
+use_patch._dynamo_marked_constant = True
+
+
+def make_router(original, replacement, record):
+    """A stand-in for ``original`` that calls ``replacement`` only inside this thread's export."""
+    patch_id = record.spec.id
+    _RECORDS[patch_id] = record
+
+    def router(*args, **kwargs):
+        if use_patch(patch_id):
+            return replacement(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    functools.update_wrapper(router, original)
+    router.__autopatch_original__ = original
+    router.__autopatch_id__ = patch_id
+    return router
+
+
+def make_entry(original, record):
+    """Wraps an export entry point so that the current thread is in export scope while it runs."""
+    entry_name = record.spec.target_name
+
+    def export_entry(*args, **kwargs):
+        global _last_run
+        if _RUN.get() is not None:
+            # Nested (torch.onnx.export -> torch.export.export -> _export): the outermost call owns the run.
+            return original(*args, **kwargs)
+        record.hit()
+        run = ExportRun(entry_name)
+        token = _RUN.set(run)
+        try:
+            return original(*args, **kwargs)
+        except BaseException as exc:
+            run.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            raise
+        finally:
+            _RUN.reset(token)
+            run.seconds = round(time.time() - run.started, 3)
+            _last_run = run
+
+    functools.update_wrapper(export_entry, original)
+    export_entry.__autopatch_original__ = original
+    export_entry.__autopatch_id__ = record.spec.id
+    return export_entry
+
+
+def forget(patch_id: str) -> None:
+    _RECORDS.pop(patch_id, None)

@@ -1,0 +1,94 @@
+"""The selection grammar of ``EXPORT_PATCHES``.
+
+    1 | all | on           the default patches
+    0 | none | off | ''    nothing (the agent stays inactive)
+    torch                  a family
+    pytree.dynamic_cache   an id
+    transformers.rope.*    a glob over ids
+    -name                  excludes a family, id or glob; a selection made only of exclusions starts from all
+
+Problems never raise here: they are returned as messages naming the bad token and the valid choices, and the
+caller decides (warn, or raise under EXPORT_PATCHES_STRICT=1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+
+ALL_WORDS = ("1", "all", "on", "true", "yes")
+NONE_WORDS = ("0", "none", "off", "false", "no")
+_TOKEN = re.compile(r"^-?[A-Za-z0-9_.*?\[\]]+$")
+
+
+@dataclasses.dataclass
+class Selection:
+    text: str
+    ids: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def active(self) -> bool:
+        return bool(self.ids)
+
+
+def parse(text: str, specs) -> Selection:
+    """Returns the ids of ``specs`` that ``text`` selects, in table order."""
+    text = (text or "").strip()
+    if text.lower() in ("",) + NONE_WORDS:
+        return Selection(text, (), ())
+    families = sorted({s.family for s in specs})
+    problems = []
+    included: set[str] = set()
+    excluded: set[str] = set()
+    saw_include = False
+    for raw in text.split(","):
+        token = raw.strip()
+        if not token:
+            problems.append(f"EXPORT_PATCHES={text!r}: empty item between commas; {_choices(families)}")
+            continue
+        if not _TOKEN.match(token) or token.startswith("--"):
+            problems.append(f"EXPORT_PATCHES: malformed item {token!r}; {_choices(families)}")
+            continue
+        negate = token.startswith("-")
+        name = token[1:] if negate else token
+        if not negate:
+            saw_include = True
+        if name.lower() in NONE_WORDS:
+            problems.append(f"EXPORT_PATCHES: {token!r} cannot be combined with other items; {_choices(families)}")
+            continue
+        matched = _match(name, specs, negate)
+        if matched is None:
+            problems.append(f"EXPORT_PATCHES: unknown patch or family {name!r}; {_choices(families)}")
+            continue
+        (excluded if negate else included).update(matched)
+    if not saw_include:
+        # Only exclusions: "everything but ..." is what such a value can mean.
+        included = {s.id for s in specs if s.default}
+    ids = tuple(s.id for s in specs if s.id in included and s.id not in excluded)
+    return Selection(text, ids, tuple(problems))
+
+
+def _match(name: str, specs, negate: bool):
+    low = name.lower()
+    if low in ALL_WORDS:
+        return {s.id for s in specs if s.default}
+    by_family = {s.id for s in specs if s.family == name and (s.default or negate)}
+    if by_family:
+        return by_family
+    if any(s.family == name for s in specs):
+        return set()  # a family with only opt-in patches: nothing by default, still a valid name
+    if any(ch in name for ch in "*?["):
+        globbed = {s.id for s in specs if fnmatch.fnmatchcase(s.id, name) and (s.default or negate)}
+        # A glob that names opt-in patches only (e.g. torch.stop_*) selects them: it was explicit enough.
+        return globbed or {s.id for s in specs if fnmatch.fnmatchcase(s.id, name)} or None
+    exact = {s.id for s in specs if s.id == name}
+    return exact or None
+
+
+def _choices(families) -> str:
+    return (
+        "valid: 1/all, 0/none, a family (" + ", ".join(families) + "), a patch id or a glob such as "
+        "'transformers.*', each optionally prefixed by '-' to exclude; see 'autopatch status' for the ids"
+    )

@@ -1,0 +1,80 @@
+"""The declarative record of one patch.
+
+A PatchSpec holds only strings and tuples: nothing in it imports torch or transformers, so the whole table
+(`registry.py`) can be read at interpreter start-up for free.  Resolution of the lazy references happens in
+`install.py`, at the moment the trigger module is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+#: How a patch is put in place.
+#:  - ``route``: the target is replaced by a router that calls the replacement while the current thread is
+#:    inside ``torch.export`` and the original everywhere else (scope ``export``).
+#:  - ``entry``: the target is an export entry point; it is wrapped so that calling it turns the export scope on
+#:    for the current thread (scope ``always``: the wrapper itself is always there, it only sets the flag).
+#:  - ``install``: the replacement is an installer ``fn(owner, name, original) -> undo`` that does its own work,
+#:    e.g. a pytree registration (scope ``always``: pytree registrations are process-wide by nature).
+MODES = ("route", "entry", "install")
+
+FAMILIES = ("agent", "torch", "transformers", "pytree", "rewrite")
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchSpec:
+    id: str
+    family: str
+    #: The module that *defines* the target. Hooking a parent package fires while it is half initialised.
+    trigger: str
+    #: Attribute path inside the trigger module: ``"func"`` or ``"Class.method"``.
+    target: str
+    mode: str
+    #: ``"module:attribute"``, resolved only when the patch is installed. Empty for ``entry`` patches.
+    replacement: str = ""
+    #: PEP 440 requirements on installed distributions, checked from metadata before anything is imported.
+    requires: tuple[tuple[str, str], ...] = ()
+    #: Fingerprints (``fingerprint.of``) of the original source this patch was written against. Empty: the
+    #: original is wrapped rather than rewritten, so its source does not matter.
+    fingerprints: tuple[str, ...] = ()
+    reason: str = ""
+    link: str = ""
+    #: Selected by ``EXPORT_PATCHES=1``. Opt-in patches must be named.
+    default: bool = True
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"patch {self.id!r}: mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"patch {self.id!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        if self.mode != "entry" and ":" not in self.replacement:
+            raise ValueError(f"patch {self.id!r}: replacement {self.replacement!r} must be 'module:attribute'")
+
+    @property
+    def scope(self) -> str:
+        return "export" if self.mode == "route" else "always"
+
+    @property
+    def target_name(self) -> str:
+        return f"{self.trigger}.{self.target}"
+
+    @property
+    def requirement_text(self) -> str:
+        return ", ".join(f"{dist}{spec}" for dist, spec in self.requires) or "-"
+
+    def resolve_replacement(self):
+        module_name, _, attr = self.replacement.partition(":")
+        obj = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+def owner_and_name(module, target: str):
+    """The object that holds the target attribute, and the attribute's name."""
+    *path, name = target.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, name
