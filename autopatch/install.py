@@ -43,6 +43,7 @@ def install(record, module, late: bool) -> None:
         record.set(state.FAILED, traceback.format_exc())
         return
     record.undo = undo
+    scope.track(record)
     record.set(state.APPLIED_LATE if late else state.APPLIED, detail)
 
 
@@ -71,7 +72,6 @@ def _swap(record, owner, name, raw):
     setattr(owner, name, new_raw)
 
     def undo() -> str:
-        scope.forget(spec.id)
         current = inspect.getattr_static(owner, name, None)
         if current is not new_raw:
             return (
@@ -94,6 +94,7 @@ def _describe(obj) -> str:
 
 
 def uninstall(record) -> None:
+    scope.forget(record.spec.id)
     if record.undo is None:
         record.set(state.DISABLED)
         return

@@ -24,8 +24,8 @@ import threading
 import time
 
 _RUN: contextvars.ContextVar = contextvars.ContextVar("autopatch_export_run", default=None)
-#: Records of installed route patches by id; the router looks its record up by id because dynamo passes
-#: only constants (the id string) to a constant-result function.
+#: Records of installed patches by id. Hits are counted by id because dynamo passes only constants (the id
+#: string) to a constant-result function.  A patch missing here is not installed: its router is inert.
 _RECORDS: dict = {}
 _last_run = None
 
@@ -68,12 +68,11 @@ def last_run():
 def count_hit(patch_id: str) -> None:
     """Counts one use of a patch by the export running in this thread (no-op outside export)."""
     run = _RUN.get()
-    if run is None:
+    record = _RECORDS.get(patch_id)
+    if run is None or record is None:
         return
     run.hits[patch_id] = run.hits.get(patch_id, 0) + 1
-    record = _RECORDS.get(patch_id)
-    if record is not None:
-        record.hit()
+    record.hit()
 
 
 # Called from pytree flatten functions, which dynamo traces under strict=True: run it at trace time instead.
@@ -81,7 +80,7 @@ count_hit._dynamo_marked_constant = True
 
 
 def use_patch(patch_id: str) -> bool:
-    if _RUN.get() is None:
+    if _RUN.get() is None or patch_id not in _RECORDS:
         return False
     count_hit(patch_id)
     return True
@@ -93,7 +92,6 @@ use_patch._dynamo_marked_constant = True
 def make_router(original, replacement, record):
     """A stand-in for ``original`` that calls ``replacement`` only inside this thread's export."""
     patch_id = record.spec.id
-    _RECORDS[patch_id] = record
 
     def router(*args, **kwargs):
         if use_patch(patch_id):
@@ -132,6 +130,10 @@ def make_entry(original, record):
     export_entry.__autopatch_original__ = original
     export_entry.__autopatch_id__ = record.spec.id
     return export_entry
+
+
+def track(record) -> None:
+    _RECORDS[record.spec.id] = record
 
 
 def forget(patch_id: str) -> None:

@@ -1,0 +1,75 @@
+"""The package as users get it: a wheel built from this checkout, installed in a throwaway venv.
+
+This is where the .pth and .start doors really come from (site-packages), so it is tested for real: a fresh
+venv, `pip install autopatch-*.whl`, fresh interpreters.  No torch in that venv: activation must not need it.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_env
+
+
+
+def _pip(python, *args):
+    out = subprocess.run([str(python), "-m", "pip", "-q", "--disable-pip-version-check", *args],
+                         capture_output=True, text=True, env=clean_env())
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wheel")
+    _pip(sys.executable, "wheel", "--no-deps", "-w", str(root / "dist"), str(REPO))
+    (wheel,) = (root / "dist").glob("autopatch-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    _pip(python, "install", str(wheel))
+    return python
+
+
+def _run(python, code, *args, **env):
+    return subprocess.run([str(python), *args, "-c", code], env=clean_env(**env), capture_output=True, text=True,
+                          cwd=Path(python).parent)
+
+
+def test_wheel_installs_both_start_files_and_the_template(venv):
+    out = _run(venv, "import site; print(site.getsitepackages()[0])")
+    site_dir = Path(out.stdout.strip())
+    assert (site_dir / "autopatch.pth").read_text() == (REPO / "autopatch/_doors/autopatch.pth").read_text()
+    assert (site_dir / "autopatch.start").read_text() == (REPO / "autopatch/_doors/autopatch.start").read_text()
+    assert (site_dir / "autopatch_sitecustomize" / "sitecustomize.py").is_file()
+
+
+def test_real_pth_is_inert_without_the_variable(venv):
+    out = _run(venv, "import sys; print('autopatch' in sys.modules, 'wrapt' in sys.modules)")
+    assert (out.stdout, out.stderr) == ("False False\n", "")
+
+
+def test_real_pth_activates_with_the_variable(venv):
+    code = "import sys, autopatch._bootstrap as b; from autopatch.agent import AGENT; print(b.doors, AGENT.selection.ids, 'torch' in sys.modules)"
+    out = _run(venv, code, EXPORT_PATCHES="1")
+    assert (out.stdout, out.stderr) == ("['pth'] ('pytree.dynamic_cache',) False\n", "")
+
+
+def test_real_pth_respects_dash_S_and_survives_a_bad_selection(venv):
+    out = _run(venv, "import sys; print('autopatch' in sys.modules)", "-S", EXPORT_PATCHES="1")
+    assert (out.stdout, out.stderr) == ("False\n", "")
+    out = _run(venv, "print('program ran')", EXPORT_PATCHES="nonsense")
+    assert out.stdout == "program ran\n"
+    assert out.stderr.startswith("autopatch: EXPORT_PATCHES: unknown patch or family 'nonsense'; valid:")
+    assert out.stderr.count("\n") == 1
+
+
+def test_installed_status_shows_the_doors(venv):
+    out = _run(venv, "from autopatch.cli import main; main(['status', '--json'])")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    doors = {d["door"]: d for d in json.loads(out.stdout)["header"]["doors"]}
+    assert doors["pth"]["runs"] and doors["pth"]["installed"].endswith("site-packages/autopatch.pth")
+    assert doors["sitecustomize"]["installed"].endswith("site-packages/autopatch_sitecustomize")
+    assert not doors["start"]["runs"] and "3.15" in doors["start"]["why_not"]
