@@ -64,6 +64,5 @@ PATCHES = (
         reason="DynamicCache is not a pytree node, so torch.export rejects it as an input or output. Flattened "
         "as {'key_cache': [...], 'value_cache': [...]}; the context keeps each layer's class and sliding "
         "window, so the unflattened cache has the layers the model built.",
-        link="https://github.com/huggingface/transformers/issues/37212",
     ),
 )
