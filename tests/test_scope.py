@@ -151,3 +151,36 @@ def test_other_threads_see_the_original_while_one_thread_exports(agent):
         assert all(torch.equal(out, reference) for out in outs)  # bit-identical to the unpatched reference
     assert set(scope_target.calls_by_thread) == {"exporter"}  # the replacement never ran in an eager thread
     assert agent.records["test.double"].hits > hits_before
+
+
+def test_onnx_dynamo_export_is_in_scope(agent):
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs the optional onnxscript package")
+    x = torch.arange(4.0)
+    onnx_program = torch.onnx.export(
+        scope_target.UsesDouble(), (x,), dynamo=True, dynamic_shapes=({0: torch.export.Dim.DYNAMIC},), verbose=False
+    )
+    other = torch.arange(6.0)
+    assert torch.equal(onnx_program.exported_program.module()(other), other * 3 + 1)
+    report = autopatch.last_export_report()
+    assert report["entry"] == "torch.onnx.export" and report["patches"] == {"test.double": 1}
+
+
+def test_transformers_exporter_wrapper_is_in_scope(agent):
+    """transformers' own exportable wrapper calls torch.export.export inside; the scope and the cache
+    registration reach it."""
+    from transformers.integrations.executorch import export_with_dynamic_cache
+
+    import train_export
+
+    pytree_agent = Agent(registry.EXPORT_ENTRY_POINTS[:0], registry.PATCHES)
+    pytree_agent.enable("pytree")
+    try:
+        model, config = train_export.tiny_llama()
+        ids = torch.randint(0, config.vocab_size, (1, 5))
+        program = export_with_dynamic_cache(model, ids, torch.ones_like(ids))
+        assert program is not None
+        report = autopatch.last_export_report()
+        assert report["entry"] == "torch.export.export" and report["patches"]["pytree.dynamic_cache"] > 0
+    finally:
+        pytree_agent.disable()
+

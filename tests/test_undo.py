@@ -1,6 +1,8 @@
 """disable(): identical originals back, pytree registrations restored, foreign wrappers respected."""
 
 import torch
+
+import autopatch
 import torch.utils._pytree as pytree
 from transformers import cache_utils
 
@@ -104,3 +106,16 @@ def test_a_users_registration_is_kept(agent):
         assert pytree.SUPPORTED_NODES[cache_utils.DynamicCache].flatten_fn is flatten
     finally:
         pytree._deregister_pytree_node(cache_utils.DynamicCache)
+
+
+def test_patched_context_manager_restores_the_previous_selection(agent):
+    assert not agent.active
+    with autopatch.patched("pytree") as live:
+        assert live is agent and agent.selection.ids == ("pytree.dynamic_cache",)
+        assert hasattr(torch.export.export, "__autopatch_id__")
+    assert not agent.active and not hasattr(torch.export.export, "__autopatch_id__")
+    autopatch.enable("pytree")
+    with autopatch.patched("all"):
+        pass
+    assert agent.selection.text == "pytree"
+    autopatch.disable()
