@@ -14,7 +14,10 @@ import contextlib
 from . import _bootstrap
 
 __version__ = "0.1.0"
-__all__ = ["enable", "disable", "patched", "status", "patches", "last_export_report", "in_export", "__version__"]
+__all__ = [
+    "enable", "disable", "patched", "status", "patches", "last_export_report", "in_export", "guess_dynamic_shapes",
+    "__version__",
+]
 
 
 def _agent():
@@ -70,6 +73,14 @@ def last_export_report():
 
     run = scope.last_run()
     return run.as_dict() if run is not None else None
+
+
+def guess_dynamic_shapes(inputs_a, inputs_b):
+    """A ``dynamic_shapes`` for torch.export: every dimension that differs between the two input sets is
+    dynamic. Caches are laid out as autopatch flattens them (see README)."""
+    from .dynamic_shapes import guess_dynamic_shapes as guess
+
+    return guess(inputs_a, inputs_b)
 
 
 def in_export() -> bool:

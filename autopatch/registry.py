@@ -61,8 +61,30 @@ PATCHES = (
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_dynamic_cache",
         requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
-        reason="DynamicCache is not a pytree node, so torch.export rejects it as an input or output. Flattened "
-        "as {'key_cache': [...], 'value_cache': [...]}; the context keeps each layer's class and sliding "
-        "window, so the unflattened cache has the layers the model built.",
+        reason="DynamicCache (and its subclasses in cache_utils) is not a pytree node, so torch.export rejects it "
+        "as an input or output. Flattened as {'key_cache': [...], 'value_cache': [...]} (plus linear-attention "
+        "states when present); the context keeps each layer's class and constructor arguments.",
+    ),
+    PatchSpec(
+        id="pytree.static_cache",
+        family="pytree",
+        trigger="transformers.cache_utils",
+        target="StaticCache",
+        mode="install",
+        replacement="autopatch.patches.pytree_caches:register_static_cache",
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        reason="StaticCache (and on 4.56-4.57 SlidingWindowCache, HybridCache, HybridChunkedCache) as an export "
+        "input or output; the layers' position counters are tensors and travel as leaves.",
+    ),
+    PatchSpec(
+        id="pytree.encoder_decoder_cache",
+        family="pytree",
+        trigger="transformers.cache_utils",
+        target="EncoderDecoderCache",
+        mode="install",
+        replacement="autopatch.patches.pytree_caches:register_encoder_decoder_cache",
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
+        "to [self_attention_cache, cross_attention_cache].",
     ),
 )

@@ -92,6 +92,8 @@ use_patch._dynamo_marked_constant = True
 def make_router(original, replacement, record):
     """A stand-in for ``original`` that calls ``replacement`` only inside this thread's export."""
     patch_id = record.spec.id
+    if getattr(replacement, "__autopatch_calls_original__", False):
+        replacement = functools.partial(replacement, original)
 
     def router(*args, **kwargs):
         if use_patch(patch_id):

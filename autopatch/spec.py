@@ -71,6 +71,13 @@ class PatchSpec:
         return obj
 
 
+def calls_original(replacement):
+    """Marks a route replacement that needs the function it replaces: the router then calls
+    ``replacement(original, *args, **kwargs)``. For patches that adjust a call rather than rewrite it."""
+    replacement.__autopatch_calls_original__ = True
+    return replacement
+
+
 def owner_and_name(module, target: str):
     """The object that holds the target attribute, and the attribute's name."""
     *path, name = target.split(".")

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+from autopatch import registry
 from conftest import REPO, clean_env, run_py
 
 HEAVY = ("torch", "transformers", "wrapt")
@@ -33,7 +34,8 @@ def test_explicit_import_door_and_second_door_is_a_no_op():
         "'torch' in sys.modules)"
     )
     out = run_py(code, args=("-S",), EXPORT_PATCHES="1")
-    assert (out.stdout, out.stderr) == ("['import', 'pth'] 1 1 False\n", "")
+    n = len([spec for spec in registry.PATCHES if spec.default])
+    assert (out.stdout, out.stderr) == (f"['import', 'pth'] {n} {n} False\n", "")
 
 
 def test_dash_S_disables_the_pth_door():
@@ -74,7 +76,7 @@ def test_run_keeps_argv_and_exit_code_and_activates():
         "import sys, autopatch._bootstrap as b; from autopatch.agent import AGENT; "
         "print(sys.argv[1:], b.doors, AGENT.selection.ids); sys.exit(3)"
     )
-    out = _autopatch("run", "--patches", "pytree", "--", sys.executable, "-c", script, "a b", "--flag")
+    out = _autopatch("run", "--patches", "pytree.dynamic_cache", "--", sys.executable, "-c", script, "a b", "--flag")
     assert out.returncode == 3, out.stderr
     assert out.stdout == "['a b', '--flag'] ['pth'] ('pytree.dynamic_cache',)\n"
     assert out.stderr == ""

@@ -78,10 +78,11 @@ def test_transformers_own_registration_is_replaced_and_restored(agent):
     theirs = pytree.SUPPORTED_NODES[cache_utils.DynamicCache]
     try:
         own = Agent(registry.EXPORT_ENTRY_POINTS, registry.PATCHES)
-        own.enable("pytree")
+        own.enable("pytree.dynamic_cache")
         record = own.records["pytree.dynamic_cache"]
         assert record.state == state.APPLIED_LATE
-        assert record.detail == "replaced the registration by transformers.integrations.executorch (restored on disable)"
+        assert record.detail.endswith(
+            "replaced the registration by transformers.integrations.executorch (restored on disable)")
         assert pytree.SUPPORTED_NODES[cache_utils.DynamicCache].flatten_fn is not theirs.flatten_fn
         own.disable()
         restored = pytree.SUPPORTED_NODES[cache_utils.DynamicCache]
@@ -97,7 +98,7 @@ def test_a_users_registration_is_kept(agent):
     pytree.register_pytree_node(cache_utils.DynamicCache, flatten, lambda children, ctx: cache_utils.DynamicCache())
     try:
         own = Agent(registry.EXPORT_ENTRY_POINTS, registry.PATCHES)
-        own.enable("pytree")
+        own.enable("pytree.dynamic_cache")
         record = own.records["pytree.dynamic_cache"]
         assert record.state == state.SKIPPED
         assert record.detail == "DynamicCache is already a pytree node registered by test_undo; kept that registration"
@@ -110,12 +111,12 @@ def test_a_users_registration_is_kept(agent):
 
 def test_patched_context_manager_restores_the_previous_selection(agent):
     assert not agent.active
-    with autopatch.patched("pytree") as live:
+    with autopatch.patched("pytree.dynamic_cache") as live:
         assert live is agent and agent.selection.ids == ("pytree.dynamic_cache",)
         assert hasattr(torch.export.export, "__autopatch_id__")
     assert not agent.active and not hasattr(torch.export.export, "__autopatch_id__")
-    autopatch.enable("pytree")
+    autopatch.enable("pytree.dynamic_cache")
     with autopatch.patched("all"):
         pass
-    assert agent.selection.text == "pytree"
+    assert agent.selection.text == "pytree.dynamic_cache"
     autopatch.disable()
