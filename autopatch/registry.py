@@ -87,4 +87,10 @@ PATCHES = (
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
     ),
+    # --- torch family: symbolic-shape fixes (issue 4) ---
+    # --- end of torch family ---
+    # --- transformers family: RoPE and state-space scans (issue 5) ---
+    # --- end of RoPE and state-space scans ---
+    # --- transformers family: MoE and vision-language models (issue 5) ---
+    # --- end of MoE and vision-language models ---
 )
