@@ -16,7 +16,7 @@ from . import _bootstrap
 __version__ = "0.1.0"
 __all__ = [
     "enable", "disable", "patched", "status", "patches", "last_export_report", "in_export", "guess_dynamic_shapes",
-    "__version__",
+    "register", "patches_involved_in_graph", "make_report", "__version__",
 ]
 
 
@@ -65,6 +65,31 @@ def status() -> dict:
 def patches() -> list:
     """The live record of every patch (entry points first): spec, state, detail, hits."""
     return list(_agent().records.values())
+
+
+def register(spec_or_none=None, /, **fields):
+    """Adds a custom patch, declared like the built-in ones (``autopatch.spec.PatchSpec`` or its fields as
+    keywords). It is lazy, scoped, version-gated and fingerprinted like them, and selected by the next
+    ``enable()`` (by its id, its family or a glob; ``EXPORT_PATCHES=1`` selects it when ``default=True``)."""
+    from .spec import PatchSpec
+
+    spec = spec_or_none if spec_or_none is not None else PatchSpec(**fields)
+    _agent().add(spec)
+    return spec
+
+
+def patches_involved_in_graph(graph):
+    """``[(patch, [nodes])]``: the patches whose replacement code produced nodes of an exported graph."""
+    from .diffs import involved_in_graph
+
+    return involved_in_graph(patches(), graph)
+
+
+def make_report(pairs, format: str = "raw") -> str:
+    """Text (``raw``) or markdown (``md``) for ``patches_involved_in_graph`` results, with each diff."""
+    from .diffs import make_report as render
+
+    return render(pairs, format)
 
 
 def last_export_report():

@@ -43,10 +43,36 @@ class Agent:
             self.patches.append(spec)
             self.records[spec.id] = state.PatchRecord(spec)
 
+    _plugins_loaded = False
+
+    def _load_plugins(self) -> list[str]:
+        """Third-party patches: entry points in the group ``autopatch.patches`` naming a sequence of PatchSpec.
+        Loading imports only the module the entry point names (keep it light: specs are strings). A broken
+        plugin is one problem line, and the rest loads."""
+        if self._plugins_loaded:
+            return []
+        self._plugins_loaded = True
+        from importlib import metadata
+
+        problems = []
+        try:
+            points = metadata.entry_points(group="autopatch.patches")
+        except Exception as exc:  # a broken distribution's metadata must not stop the agent
+            return [f"plugins: cannot list entry points: {type(exc).__name__}: {exc}"]
+        for point in points:
+            try:
+                for spec in point.load():
+                    self.add(spec)
+            except Exception as exc:
+                problems.append(f"plugin {point.name!r} ({point.value}) not loaded: {type(exc).__name__}: {exc}")
+        return problems
+
     def enable(self, text: str = "all") -> selection.Selection:
         with self._lock:
             if self.active:
                 self.disable()
+            for problem in self._load_plugins():
+                self._problem(problem)
             sel = selection.parse(text, self.patches)
             for problem in sel.problems:
                 self._problem(problem)

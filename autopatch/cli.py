@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a program with autopatch active: autopatch run -- python app.py")
     run.add_argument("--patches", metavar="SPEC", help="selection for the program (default: $EXPORT_PATCHES, else 1)")
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command line to run, after --")
+    diff = sub.add_parser("diff", help="what a patch changes: a unified diff, or the layout a registration installs")
+    diff.add_argument("patterns", nargs="+", metavar="ID|GLOB")
+    diff.add_argument("--format", choices=("raw", "rst"), default="raw")
     sub.add_parser("sitecustomize-path", help="print the directory to put on PYTHONPATH for the sitecustomize door")
     return parser
 
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
         return _status(args)
     if args.command == "run":
         return _run(args)
+    if args.command == "diff":
+        return _diff(args)
     print(doors.sitecustomize_dir() or "")
     return 0
 
@@ -98,6 +103,26 @@ def _status(args) -> int:
             print("EXPORT_PATCHES is unset: your programs run unpatched. Showing what EXPORT_PATCHES=1 selects.")
         sys.stdout.write(render_text(data))
     return 1 if any(p["state"] == state.FAILED for p in data["patches"]) else 0
+
+
+def _diff(args) -> int:
+    import fnmatch
+
+    from .agent import AGENT
+    from .diffs import format_diff
+
+    specs = [r.spec for r in AGENT.records.values()]
+    chosen = [s for s in specs if any(fnmatch.fnmatchcase(s.id, p) for p in args.patterns)]
+    if not chosen:
+        print(f"autopatch diff: no patch matches {' '.join(args.patterns)!r}; valid ids: {', '.join(s.id for s in specs)}",
+              file=sys.stderr)
+        return 2
+    for spec in chosen:
+        try:
+            print(format_diff(spec, args.format))
+        except Exception as exc:  # e.g. the target module does not exist in this version
+            print(f"{spec.id}: no diff: {type(exc).__name__}: {exc}\n")
+    return 0
 
 
 def _run(args) -> int:

@@ -30,6 +30,12 @@ VARIABLES = (
         "`1` turns every reported problem (bad selection, patch that fails to install) into an exception. For CI.",
     ),
     EnvVar(
+        "EXPORT_PATCHES_REPORT",
+        "",
+        "A JSON file path: after every export in scope the process rewrites it with the list of its exports "
+        "(entry point, thread, seconds, error, hits of every patch used).",
+    ),
+    EnvVar(
         "EXPORT_PATCHES_LOG",
         "",
         "Log level of the `autopatch` logger printed to stderr (`debug` shows every state change). Empty: "

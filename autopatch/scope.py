@@ -18,6 +18,7 @@ two in step).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import threading
@@ -28,6 +29,9 @@ _RUN: contextvars.ContextVar = contextvars.ContextVar("autopatch_export_run", de
 #: string) to a constant-result function.  A patch missing here is not installed: its router is inert.
 _RECORDS: dict = {}
 _last_run = None
+#: Every finished run of this process, for EXPORT_PATCHES_REPORT.
+_runs: list = []
+_runs_lock = threading.Lock()
 
 
 class ExportRun:
@@ -94,16 +98,43 @@ def make_router(original, replacement, record):
     patch_id = record.spec.id
     if getattr(replacement, "__autopatch_calls_original__", False):
         replacement = functools.partial(replacement, original)
+    # Nodes the replacement produces carry node.meta["custom"]["autopatch:<id>"], so that a graph tells which
+    # patch made which node (torch keeps only the innermost user frame in stack traces: not enough).
+    annotate = _annotator({f"autopatch:{patch_id}": True})
 
     def router(*args, **kwargs):
         if use_patch(patch_id):
-            return replacement(*args, **kwargs)
+            with annotate():
+                return replacement(*args, **kwargs)
         return original(*args, **kwargs)
 
     functools.update_wrapper(router, original)
     router.__autopatch_original__ = original
     router.__autopatch_id__ = patch_id
     return router
+
+
+def _annotator(annotation: dict):
+    try:
+        from torch.fx.traceback import annotate, preserve_node_meta
+    except ImportError:  # older torch: no node annotations, stack traces only
+        return contextlib.nullcontext
+
+    try:
+        from torch.compiler import is_dynamo_compiling as is_compiling
+    except ImportError:
+        from torch.compiler import is_compiling
+
+    @contextlib.contextmanager
+    def annotated():
+        if is_compiling():  # strict: dynamo records the annotation itself (and would flag the global below)
+            with annotate(annotation):
+                yield
+        else:  # non-strict: the annotation reaches nodes only while node meta is preserved
+            with preserve_node_meta(), annotate(annotation):
+                yield
+
+    return annotated
 
 
 def make_entry(original, record):
@@ -127,6 +158,7 @@ def make_entry(original, record):
             _RUN.reset(token)
             run.seconds = round(time.time() - run.started, 3)
             _last_run = run
+            _record(run)
 
     functools.update_wrapper(export_entry, original)
     export_entry.__autopatch_original__ = original
@@ -136,6 +168,26 @@ def make_entry(original, record):
 
 def track(record) -> None:
     _RECORDS[record.spec.id] = record
+
+
+def _record(run) -> None:
+    """EXPORT_PATCHES_REPORT=path.json: zero-code users get the per-export record in a file. Never raises:
+    a report that cannot be written must not turn a successful export into a failure."""
+    from . import config
+
+    path = config.read("EXPORT_PATCHES_REPORT")
+    if not path:
+        return
+    import json
+    import logging
+
+    with _runs_lock:
+        _runs.append(run.as_dict())
+        try:
+            with open(path, "w") as f:
+                json.dump({"exports": _runs}, f, indent=2)
+        except OSError as exc:
+            logging.getLogger("autopatch").warning("autopatch: EXPORT_PATCHES_REPORT: cannot write %s: %s", path, exc)
 
 
 def forget(patch_id: str) -> None:

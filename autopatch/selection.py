@@ -17,6 +17,8 @@ import dataclasses
 import fnmatch
 import re
 
+from .spec import FAMILIES
+
 ALL_WORDS = ("1", "all", "on", "true", "yes")
 NONE_WORDS = ("0", "none", "off", "false", "no")
 _TOKEN = re.compile(r"^-?[A-Za-z0-9_.*?\[\]]+$")
@@ -38,7 +40,8 @@ def parse(text: str, specs) -> Selection:
     text = (text or "").strip()
     if text.lower() in ("",) + NONE_WORDS:
         return Selection(text, (), ())
-    families = sorted({s.family for s in specs})
+    # Every family name is valid, even one with no patch for this table (nothing to select is not an error).
+    families = sorted(set(FAMILIES) - {"agent"})
     problems = []
     included: set[str] = set()
     excluded: set[str] = set()
@@ -77,8 +80,8 @@ def _match(name: str, specs, negate: bool):
     by_family = {s.id for s in specs if s.family == name and (s.default or negate)}
     if by_family:
         return by_family
-    if any(s.family == name for s in specs):
-        return set()  # a family with only opt-in patches: nothing by default, still a valid name
+    if name in FAMILIES and name != "agent":
+        return set()  # a family with only opt-in patches, or none here: nothing by default, still a valid name
     if any(ch in name for ch in "*?["):
         globbed = {s.id for s in specs if fnmatch.fnmatchcase(s.id, name) and (s.default or negate)}
         # A glob that names opt-in patches only (e.g. torch.stop_*) selects them: it was explicit enough.

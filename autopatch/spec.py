@@ -31,8 +31,9 @@ class PatchSpec:
     #: Attribute path inside the trigger module: ``"func"`` or ``"Class.method"``.
     target: str
     mode: str
-    #: ``"module:attribute"``, resolved only when the patch is installed. Empty for ``entry`` patches.
-    replacement: str = ""
+    #: ``"module:attribute"``, resolved only when the patch is installed (custom patches may give the callable).
+    #: Empty for ``entry`` patches.
+    replacement: object = ""
     #: PEP 440 requirements on installed distributions, checked from metadata before anything is imported.
     requires: tuple[tuple[str, str], ...] = ()
     #: Fingerprints (``fingerprint.of``) of the original source this patch was written against. Empty: the
@@ -48,7 +49,7 @@ class PatchSpec:
             raise ValueError(f"patch {self.id!r}: mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.family not in FAMILIES:
             raise ValueError(f"patch {self.id!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        if self.mode != "entry" and ":" not in self.replacement:
+        if self.mode != "entry" and not callable(self.replacement) and ":" not in self.replacement:
             raise ValueError(f"patch {self.id!r}: replacement {self.replacement!r} must be 'module:attribute'")
 
     @property
@@ -64,6 +65,8 @@ class PatchSpec:
         return ", ".join(f"{dist}{spec}" for dist, spec in self.requires) or "-"
 
     def resolve_replacement(self):
+        if callable(self.replacement):  # custom patches may hand the function itself
+            return self.replacement
         module_name, _, attr = self.replacement.partition(":")
         obj = importlib.import_module(module_name)
         for part in attr.split("."):

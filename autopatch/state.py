@@ -43,6 +43,23 @@ class PatchRecord:
         with self._lock:
             self.hits += 1
 
+    # Attribute names of the anchors' patch objects, so that code written against them reads the same.
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    name = id
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    def format_diff(self, format: str = "raw") -> str:
+        """A unified diff original -> replacement (route patches) or what an installer installs."""
+        from .diffs import format_diff
+
+        return format_diff(self.spec, format)
+
     def as_dict(self) -> dict:
         spec = self.spec
         return {

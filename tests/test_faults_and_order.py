@@ -67,7 +67,8 @@ def test_unknown_selection_warns_once_and_the_program_runs_on():
                  EXPORT_PATCHES="pytree.dynamic_cache,nope")
     assert out.stdout == "ran ['pytree.dynamic_cache']\n"
     assert out.stderr == (
-        "autopatch: EXPORT_PATCHES: unknown patch or family 'nope'; valid: 1/all, 0/none, a family (pytree), "
+        "autopatch: EXPORT_PATCHES: unknown patch or family 'nope'; valid: 1/all, 0/none, a family (pytree, rewrite, "
+        "torch, transformers), "
         "a patch id or a glob such as 'transformers.*', each optionally prefixed by '-' to exclude; see "
         "'autopatch status' for the ids\n"
     )

@@ -75,3 +75,58 @@ def test_installed_status_shows_the_doors(venv):
     assert doors["pth"]["runs"] and doors["pth"]["installed"].endswith("site-packages/autopatch.pth")
     assert doors["sitecustomize"]["installed"].endswith("site-packages/autopatch_sitecustomize")
     assert not doors["start"]["runs"] and "3.15" in doors["start"]["why_not"]
+
+
+def _wheel(path: Path, name: str, files: dict, entry_points: str) -> Path:
+    """A real (hand-built) wheel: pip installs it like any other distribution."""
+    import zipfile
+
+    dist_info = f"{name}-0.1.dist-info"
+    files = {
+        **files,
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist_info}/entry_points.txt": entry_points,
+    }
+    files[f"{dist_info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist_info}/RECORD,,\n"
+    wheel = path / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for arcname, text in files.items():
+            z.writestr(arcname, text)
+    return wheel
+
+
+PLUGIN = '''
+from autopatch.spec import PatchSpec
+
+PATCHES = [PatchSpec(id="demo.loud_dumps", family="torch", trigger="demo_target", target="dumps", mode="route",
+                     replacement="demo_autopatch_plugin:loud_dumps", reason="plugin demo")]
+
+
+def loud_dumps(obj):
+    return "LOUD"
+'''
+
+
+def test_plugins_are_discovered_lazily_and_a_broken_one_is_a_status_line(venv, tmp_path):
+    good = _wheel(tmp_path, "demo_autopatch_plugin", {
+        "demo_autopatch_plugin.py": PLUGIN,
+        "demo_target.py": "def dumps(obj):\n    return 'quiet'\n",
+    }, "[autopatch.patches]\ndemo = demo_autopatch_plugin:PATCHES\n")
+    broken = _wheel(tmp_path, "broken_autopatch_plugin", {}, "[autopatch.patches]\nbroken = no_such_module:PATCHES\n")
+    _pip(venv, "install", str(good), str(broken))
+    code = (
+        "import sys, autopatch\n"
+        "from autopatch.agent import AGENT\n"
+        "r = AGENT.records['demo.loud_dumps']\n"
+        "print(r.state, 'demo_target' in sys.modules)\n"
+        "import demo_target\n"
+        "print(r.state, demo_target.dumps(1))\n"
+        "print(autopatch.status()['header']['selected'][-1])\n"
+    )
+    out = _run(venv, code, EXPORT_PATCHES="all,demo.*")
+    assert out.stdout == "pending False\napplied quiet\ndemo.loud_dumps\n", out.stderr
+    assert out.stderr == (
+        "autopatch: plugin 'broken' (no_such_module:PATCHES) not loaded: ModuleNotFoundError: "
+        "No module named 'no_such_module'\n"
+    )

@@ -54,7 +54,8 @@ def test_unknown_name_is_reported_and_the_rest_applies():
     sel = parse("pytree,bogus", TABLE)
     assert sel.ids == ("pytree.dynamic_cache",)
     (problem,) = sel.problems
-    assert "'bogus'" in problem and "valid:" in problem and "pytree, torch, transformers" in problem
+    assert "'bogus'" in problem and "valid:" in problem and "pytree, rewrite, torch, transformers" in problem
+    assert parse("rewrite", TABLE).ids == () and parse("rewrite", TABLE).problems == ()
 
 
 @pytest.mark.parametrize("text", ["pytree,,torch", "py tree", "--pytree", "all,0", "pytree;torch"])

@@ -1,0 +1,126 @@
+"""Drop-in context managers for users migrating from the anchors' APIs: change the import line, keep the code.
+
+    from autopatch.compat import torch_export_patches        # keywords of onnx-diagnostic's function
+    from autopatch.compat import apply_patches_for_model     # keywords of yobx's function
+    from autopatch.compat import PatchInfo                   # PatchInfo.make(fn, module_or_class, name, family)
+
+Both yield a ``PatchDetails``: ``n_patches``, iteration over patch objects (``name``, ``family``,
+``format_diff``), ``patches_involved_in_graph(graph)`` and ``make_report(pairs, format)``.  Underneath they
+are ``autopatch.patched(selection)``: the patches are autopatch's, scoped to the exporting thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+from . import diffs, state
+from .spec import PatchSpec
+
+_custom_ids = itertools.count(1)
+
+
+class PatchInfo:
+    """A custom patch made from a live function, the way migrating code declares one."""
+
+    def __init__(self, spec: PatchSpec):
+        self.spec = spec
+        self.name = spec.id
+        self.family = spec.family
+
+    @classmethod
+    def make(cls, patch, module_or_class, method_or_function_name: str, family: str = "torch"):
+        if isinstance(module_or_class, type):
+            trigger, target = module_or_class.__module__, f"{module_or_class.__qualname__}.{method_or_function_name}"
+        else:
+            trigger, target = module_or_class.__name__, method_or_function_name
+        name = getattr(patch, "__name__", "patch")
+        spec = PatchSpec(
+            id=f"custom.{name}.{next(_custom_ids)}",
+            family=family if family in ("torch", "transformers", "pytree", "rewrite") else "torch",
+            trigger=trigger,
+            target=target,
+            mode="route",
+            replacement=patch,
+            reason=f"custom patch {name} (family {family})",
+        )
+        return cls(spec)
+
+
+class PatchDetails:
+    """What a compat context manager yields."""
+
+    def __init__(self, agent):
+        self._agent = agent
+
+    def _records(self):
+        return [r for r in self._agent.records.values() if r.spec.id in self._agent.selection.ids]
+
+    @property
+    def n_patches(self) -> int:
+        return sum(1 for r in self._records() if r.state in state.INSTALLED)
+
+    def __iter__(self):
+        return iter([r for r in self._records() if r.state in state.INSTALLED])
+
+    def __len__(self) -> int:
+        return self.n_patches
+
+    def patches_involved_in_graph(self, graph):
+        return diffs.involved_in_graph(self._records(), graph)
+
+    def make_report(self, pairs, format: str = "raw") -> str:
+        return diffs.make_report(pairs, "md" if format in ("md", "rst") else "raw")
+
+
+def _selection(torch_family: bool, transformers_family: bool, extra_ids) -> str:
+    items = []
+    if torch_family:
+        items.append("torch")
+    if transformers_family:
+        items += ["transformers", "pytree"]
+    items += list(extra_ids)
+    return ",".join(items) or "none"
+
+
+@contextlib.contextmanager
+def _patched(selection_text: str, extra_specs=()):
+    from .agent import AGENT
+
+    for spec in extra_specs:
+        if spec.id not in AGENT.records:
+            AGENT.add(spec)
+    before = AGENT.selection.text if AGENT.active else ""
+    AGENT.enable(selection_text)
+    try:
+        yield PatchDetails(AGENT)
+    finally:
+        if before:
+            AGENT.enable(before)
+        else:
+            AGENT.disable()
+
+
+def _specs_of(items):
+    for item in items or ():
+        yield item.spec if isinstance(item, PatchInfo) else item
+
+
+def torch_export_patches(patch_sympy=True, patch_torch=True, patch_transformers=False, stop_if_static=0,
+                         custom_patches=None, verbose=0, patch=True, **unused):
+    """onnx-diagnostic's keywords. ``patch=False`` disables everything; ``stop_if_static`` adds the opt-in
+    torch.stop_if_static patch; ``custom_patches`` takes PatchSpec or PatchInfo objects."""
+    extra = list(_specs_of(custom_patches))
+    if not patch:
+        return _patched("none")
+    ids = [s.id for s in extra]
+    if stop_if_static:
+        ids.append("torch.stop_if_static")
+    return _patched(_selection(patch_torch, patch_transformers, ids), extra)
+
+
+def apply_patches_for_model(patch_torch=False, patch_transformers=False, extra_patches=None, model=None, **unused):
+    """yobx's keywords. ``model`` is accepted for compatibility: autopatch patches lazily by module, so every
+    model the selection covers is handled."""
+    extra = list(_specs_of(extra_patches))
+    return _patched(_selection(patch_torch, patch_transformers, [s.id for s in extra]), extra)

@@ -1,0 +1,116 @@
+"""What each patch changes, as text: unified diffs of route patches, the layout of pytree registrations."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import textwrap
+
+from .spec import owner_and_name
+
+
+def original_of(spec):
+    """The original object behind ``spec``'s target, importing its module if needed (diagnostics only)."""
+    module = importlib.import_module(spec.trigger)
+    owner, name = owner_and_name(module, spec.target)
+    raw = inspect.getattr_static(owner, name)
+    fn = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    return getattr(fn, "__autopatch_original__", fn)
+
+
+def _source(obj) -> str:
+    try:
+        return textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError) as exc:
+        return f"<source not available: {exc}>\n"
+
+
+def format_diff(spec, format: str = "raw") -> str:
+    if format not in ("raw", "rst"):
+        raise ValueError(f"format_diff: unknown format {format!r}; valid: raw, rst")
+    header = f"{spec.family}: {spec.target_name} -> {spec.replacement or '(export scope entry)'}"
+    if spec.mode == "route":
+        original = original_of(spec)
+        replacement = spec.resolve_replacement()
+        body = "".join(
+            difflib.unified_diff(
+                _source(original).splitlines(keepends=True),
+                _source(replacement).splitlines(keepends=True),
+                fromfile=f"original {spec.target_name}",
+                tofile=f"patched {spec.replacement}",
+            )
+        )
+    elif spec.mode == "install":
+        module = importlib.import_module(spec.replacement.partition(":")[0])
+        body = f"installs (does not rewrite code); what it installs:\n\n{inspect.cleandoc(module.__doc__ or '')}\n"
+    else:
+        body = (
+            "wraps (does not rewrite code): calling it turns the export scope on for the calling thread, so that "
+            "route patches use their replacements for the duration of the call.\n"
+        )
+    text = f"{header}\n{body}"
+    if format == "raw":
+        return text
+    title = spec.id
+    indented = textwrap.indent(body, "    ")
+    return (
+        f".. _l-patch-{spec.id.replace('.', '-')}:\n\n{title}\n{'=' * len(title)}\n\n{spec.reason}\n\n"
+        f"``{header}``\n\n.. code-block:: {'diff' if spec.mode == 'route' else 'text'}\n\n{indented}\n"
+    )
+
+
+def involved_in_graph(records, graph):
+    """``[(record, [nodes])]`` for route patches whose replacement produced nodes of ``graph``: nodes the
+    router annotated (``node.meta["custom"]``), else nodes whose stack trace points into the replacement."""
+    pairs = []
+    nodes = list(graph.nodes)
+    for record in records:
+        spec = record.spec
+        if spec.mode == "entry":
+            continue
+        key = f"autopatch:{spec.id}"
+        annotated = [n for n in nodes if key in (n.meta.get("custom") or {})]
+        if annotated:
+            pairs.append((record, annotated))
+            continue
+        try:
+            target = spec.resolve_replacement()
+            lines, start = inspect.getsourcelines(target)
+            filename = inspect.getsourcefile(target)
+        except (OSError, TypeError, ImportError, AttributeError):
+            continue
+        end = start + len(lines)
+        hit = [n for n in nodes if _in_range(n.meta.get("stack_trace") or "", filename, start, end)]
+        if hit:
+            pairs.append((record, hit))
+    return pairs
+
+
+def _in_range(stack_trace: str, filename: str, start: int, end: int) -> bool:
+    marker = f'File "{filename}", line '
+    for line in stack_trace.splitlines():
+        line = line.strip()
+        if line.startswith(marker):
+            try:
+                number = int(line[len(marker):].split(",")[0])
+            except ValueError:
+                continue
+            if start <= number < end:
+                return True
+    return False
+
+
+def make_report(pairs, format: str = "raw") -> str:
+    """A readable account of ``involved_in_graph`` pairs, each patch with its nodes and its diff."""
+    if format not in ("raw", "md"):
+        raise ValueError(f"make_report: unknown format {format!r}; valid: raw, md")
+    out = []
+    for record, nodes in pairs:
+        names = ", ".join(n.name for n in nodes)
+        diff = format_diff(record.spec)
+        if format == "md":
+            out.append(f"### `{record.spec.id}`\n\nnodes: {names}\n\n```diff\n{diff}```\n")
+        else:
+            out.append(f"== {record.spec.id}: {len(nodes)} node(s): {names}\n{diff}")
+    return "\n".join(out) if out else "no patch produced nodes in this graph\n"
