@@ -41,18 +41,35 @@ def disable() -> None:
 
 
 @contextlib.contextmanager
-def patched(selection: str = "all"):
-    """Patches active inside the block; the previous selection (or none) is restored after it."""
+def patched(selection: str = "all", extra_patches=()):
+    """Patches active inside the block; the previous selection (or none) is restored after it.
+
+    ``extra_patches``: custom patches (``PatchSpec``, or ``compat.PatchInfo``) for this block only; they are
+    selected with ``selection`` and taken out of the table when the block ends."""
     agent = _agent()
+    specs = [getattr(p, "spec", p) for p in extra_patches]
+    added = [spec for spec in specs if spec.id not in agent.records]
+    for spec in added:
+        agent.add(spec)
     before = agent.selection.text if agent.active else ""
-    enable(selection)
+    enable(_with_ids(selection, [spec.id for spec in specs]))
     try:
         yield agent
     finally:
+        agent.disable()
+        # Left in the table, a later selection of their family would pick them up again.
+        for spec in added:
+            agent.remove(spec.id)
         if before:
             agent.enable(before)
-        else:
-            agent.disable()
+
+
+def _with_ids(selection: str, ids) -> str:
+    """``selection`` plus patch ids (a selection that selects nothing becomes just the ids)."""
+    from .selection import NONE_WORDS
+
+    items = [] if selection.strip().lower() in ("",) + NONE_WORDS else [selection]
+    return ",".join(items + list(ids)) or "none"
 
 
 def status() -> dict:

@@ -43,6 +43,18 @@ class Agent:
             self.patches.append(spec)
             self.records[spec.id] = state.PatchRecord(spec)
 
+    def remove(self, patch_id: str) -> None:
+        """Takes a custom patch out of the table again (context managers that brought their own patches).
+        Its record must not be installed: disable or re-enable without it first."""
+        with self._lock:
+            record = self.records.get(patch_id)
+            if record is None:
+                return
+            if record.state in state.INSTALLED:
+                raise RuntimeError(f"patch {patch_id!r} is installed; disable it before removing it")
+            del self.records[patch_id]
+            self.patches = [s for s in self.patches if s.id != patch_id]
+
     _plugins_loaded = False
 
     def _load_plugins(self) -> list[str]:

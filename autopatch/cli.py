@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from . import config, doors, state
+from . import config, doors, state, versions
 
 # Run in a child interpreter by `status --probe`: imports every module a selected patch waits for, so that
 # the states are the ones a real program would get (applied, drifted, failed...), then prints the status.
@@ -118,10 +118,15 @@ def _diff(args) -> int:
               file=sys.stderr)
         return 2
     for spec in chosen:
-        try:
-            print(format_diff(spec, args.format))
-        except Exception as exc:  # e.g. the target module does not exist in this version
-            print(f"{spec.id}: no diff: {type(exc).__name__}: {exc}\n")
+        # A patch for another version would be diffed against code it never patches: say so instead.
+        why = versions.unmet(spec.requires)
+        if not why:
+            try:
+                print(format_diff(spec, args.format))
+                continue
+            except Exception as exc:  # the target is missing although the version matches
+                why = f"{type(exc).__name__}: {exc}"
+        print(f"{spec.family}: {spec.target_name} -> {spec.replacement}\nno diff here: {why}\n")
     return 0
 
 

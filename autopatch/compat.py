@@ -15,7 +15,7 @@ import contextlib
 import itertools
 
 from . import diffs, state
-from .spec import PatchSpec
+from .spec import FAMILIES, PatchSpec
 
 _custom_ids = itertools.count(1)
 
@@ -37,7 +37,8 @@ class PatchInfo:
         name = getattr(patch, "__name__", "patch")
         spec = PatchSpec(
             id=f"custom.{name}.{next(_custom_ids)}",
-            family=family if family in ("torch", "transformers", "pytree", "rewrite") else "torch",
+            # yobx's family is a free label; ours selects, so an unknown label becomes "custom", never "torch".
+            family=family if family in FAMILIES and family != "agent" else "custom",
             trigger=trigger,
             target=target,
             mode="route",
@@ -73,54 +74,36 @@ class PatchDetails:
         return diffs.make_report(pairs, "md" if format in ("md", "rst") else "raw")
 
 
-def _selection(torch_family: bool, transformers_family: bool, extra_ids) -> str:
+def _selection(torch_family: bool, transformers_family: bool) -> str:
     items = []
     if torch_family:
         items.append("torch")
     if transformers_family:
         items += ["transformers", "pytree"]
-    items += list(extra_ids)
     return ",".join(items) or "none"
 
 
 @contextlib.contextmanager
-def _patched(selection_text: str, extra_specs=()):
-    from .agent import AGENT
+def _patched(selection_text: str, extra_patches=()):
+    import autopatch
 
-    for spec in extra_specs:
-        if spec.id not in AGENT.records:
-            AGENT.add(spec)
-    before = AGENT.selection.text if AGENT.active else ""
-    AGENT.enable(selection_text)
-    try:
-        yield PatchDetails(AGENT)
-    finally:
-        if before:
-            AGENT.enable(before)
-        else:
-            AGENT.disable()
-
-
-def _specs_of(items):
-    for item in items or ():
-        yield item.spec if isinstance(item, PatchInfo) else item
+    with autopatch.patched(selection_text, extra_patches=extra_patches or ()) as agent:
+        yield PatchDetails(agent)
 
 
 def torch_export_patches(patch_sympy=True, patch_torch=True, patch_transformers=False, stop_if_static=0,
                          custom_patches=None, verbose=0, patch=True, **unused):
     """onnx-diagnostic's keywords. ``patch=False`` disables everything; ``stop_if_static`` adds the opt-in
-    torch.stop_if_static patch; ``custom_patches`` takes PatchSpec or PatchInfo objects."""
-    extra = list(_specs_of(custom_patches))
+    torch.stop_if_static patch; ``custom_patches`` takes PatchSpec or PatchInfo objects, for this block only."""
     if not patch:
         return _patched("none")
-    ids = [s.id for s in extra]
+    selection = _selection(patch_torch, patch_transformers)
     if stop_if_static:
-        ids.append("torch.stop_if_static")
-    return _patched(_selection(patch_torch, patch_transformers, ids), extra)
+        selection += ",torch.stop_if_static"
+    return _patched(selection, custom_patches)
 
 
 def apply_patches_for_model(patch_torch=False, patch_transformers=False, extra_patches=None, model=None, **unused):
     """yobx's keywords. ``model`` is accepted for compatibility: autopatch patches lazily by module, so every
-    model the selection covers is handled."""
-    extra = list(_specs_of(extra_patches))
-    return _patched(_selection(patch_torch, patch_transformers, [s.id for s in extra]), extra)
+    model the selection covers is handled. ``extra_patches`` live for this block only."""
+    return _patched(_selection(patch_torch, patch_transformers), extra_patches)

@@ -53,7 +53,8 @@ def _swap(record, owner, name, raw):
     descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
     original = raw.__func__ if descriptor else raw
     if getattr(original, "__autopatch_id__", None) is not None:
-        raise RuntimeError(f"{spec.target_name} is already patched by autopatch ({original.__autopatch_id__})")
+        # An alias bound (`from x import f`) after x.f was patched already holds our router: nothing to do.
+        raise Skip(f"{spec.target_name} already routes through {original.__autopatch_id__}")
     if spec.fingerprints:
         found = fingerprint.of(original)
         if found not in spec.fingerprints:

@@ -114,19 +114,35 @@ def make_router(original, replacement, record):
     return router
 
 
-def _annotator(annotation: dict):
+#: (annotate, preserve_node_meta, is_dynamo_compiling) from torch, resolved when the first export starts:
+#: routers are built by hooks that may fire while ``import torch`` is still running, when importing
+#: torch.compiler would be circular; an export entry point runs as plain Python with torch fully loaded.
+_node_tools = None
+
+
+def _prepare_node_tools() -> None:
+    global _node_tools
+    if _node_tools is not None:
+        return
     try:
         from torch.fx.traceback import annotate, preserve_node_meta
     except ImportError:  # older torch: no node annotations, stack traces only
-        return contextlib.nullcontext
-
+        _node_tools = ()
+        return
     try:
         from torch.compiler import is_dynamo_compiling as is_compiling
     except ImportError:
         from torch.compiler import is_compiling
+    _node_tools = (annotate, preserve_node_meta, is_compiling)
 
+
+def _annotator(annotation: dict):
     @contextlib.contextmanager
     def annotated():
+        if not _node_tools:
+            yield
+            return
+        annotate, preserve_node_meta, is_compiling = _node_tools
         if is_compiling():  # strict: dynamo records the annotation itself (and would flag the global below)
             with annotate(annotation):
                 yield
@@ -147,6 +163,7 @@ def make_entry(original, record):
             # Nested (torch.onnx.export -> torch.export.export -> _export): the outermost call owns the run.
             return original(*args, **kwargs)
         record.hit()
+        _prepare_node_tools()
         run = ExportRun(entry_name)
         token = _RUN.set(run)
         try:

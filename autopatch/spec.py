@@ -19,7 +19,8 @@ import importlib
 #:    e.g. a pytree registration (scope ``always``: pytree registrations are process-wide by nature).
 MODES = ("route", "entry", "install")
 
-FAMILIES = ("agent", "torch", "transformers", "pytree", "rewrite")
+#: ``custom``: the family of patches users declare themselves when they give no other (``PatchInfo.make``).
+FAMILIES = ("agent", "torch", "transformers", "pytree", "rewrite", "custom")
 
 
 @dataclasses.dataclass(frozen=True)

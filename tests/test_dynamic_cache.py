@@ -11,18 +11,14 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 import train_export
 from autopatch import registry
-from autopatch.agent import Agent
 from conftest import REPO, clean_env
 
 DYN = torch.export.Dim.DYNAMIC
 
 
 @pytest.fixture
-def patched(agent):
-    own = Agent(registry.EXPORT_ENTRY_POINTS, registry.PATCHES)
-    own.enable("pytree")
-    yield own
-    own.disable()
+def patched(make_agent):
+    return make_agent(registry.PATCHES, "pytree")
 
 
 def _decode_shapes(n_layers):

@@ -67,8 +67,8 @@ def test_unknown_selection_warns_once_and_the_program_runs_on():
                  EXPORT_PATCHES="pytree.dynamic_cache,nope")
     assert out.stdout == "ran ['pytree.dynamic_cache']\n"
     assert out.stderr == (
-        "autopatch: EXPORT_PATCHES: unknown patch or family 'nope'; valid: 1/all, 0/none, a family (pytree, rewrite, "
-        "torch, transformers), "
+        "autopatch: EXPORT_PATCHES: unknown patch or family 'nope'; valid: 1/all, 0/none, a family (custom, pytree, "
+        "rewrite, torch, transformers), "
         "a patch id or a glob such as 'transformers.*', each optionally prefixed by '-' to exclude; see "
         "'autopatch status' for the ids\n"
     )
@@ -113,3 +113,21 @@ def test_activation_orders(order):
     if wrapped:
         late = order == "import-then-activate"
         assert result["states"]["agent.scope.public_export"] == ("applied-late" if late else "applied")
+
+
+def test_every_agent_armed_before_an_import_is_called_by_its_hook():
+    # wrapt keeps one hook per module for the process; it must reach every agent waiting on that module.
+    code = """
+from autopatch import registry
+from autopatch.agent import Agent
+def only(patch_id):
+    return Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == patch_id])
+first, second = only("pytree.dynamic_cache"), only("pytree.static_cache")
+first.enable("all"); second.enable("all")
+print(first.records["pytree.dynamic_cache"].state, second.records["pytree.static_cache"].state)
+import transformers.cache_utils
+print(first.records["pytree.dynamic_cache"].state, second.records["pytree.static_cache"].state)
+"""
+    out = run_py(code)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout == "pending pending\napplied applied\n"

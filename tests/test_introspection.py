@@ -10,7 +10,6 @@ import torch
 import autopatch
 import scope_target
 from autopatch import registry
-from autopatch.agent import Agent
 from autopatch.compat import PatchInfo, apply_patches_for_model, torch_export_patches
 from conftest import REPO, clean_env, run_py
 from test_scope import ROUTE
@@ -30,11 +29,8 @@ torch: scope_target.double -> scope_target:triple
 
 
 @pytest.fixture
-def routed(agent):
-    own = Agent(registry.EXPORT_ENTRY_POINTS, [ROUTE])
-    own.enable("all")
-    yield own
-    own.disable()
+def routed(make_agent):
+    return make_agent([ROUTE])
 
 
 def test_diff_of_a_route_patch_is_golden(routed):
@@ -51,9 +47,13 @@ def test_diff_cli_covers_every_shipped_patch():
     out = subprocess.run([sys.executable, "-m", "autopatch", "diff", "*"], env=clean_env(), cwd=REPO,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    from autopatch import versions
+
     for spec in registry.EXPORT_ENTRY_POINTS + registry.PATCHES:
         assert f"{spec.family}: {spec.target_name} -> " in out.stdout
-    assert "no diff:" not in out.stdout
+    # Only patches for another version have no diff here, and they say why.
+    assert out.stdout.count("no diff here: needs ") == out.stdout.count("no diff here:") == sum(
+        1 for spec in registry.PATCHES if versions.unmet(spec.requires))
 
 
 def test_patches_involved_in_graph_and_report(routed):
@@ -110,9 +110,13 @@ def test_yobx_style_custom_patch_runs_with_only_the_import_changed(agent):
     my_patch = PatchInfo.make(my_broadcast_shapes, torch._refs, "_broadcast_shapes", family="custom")
     with apply_patches_for_model(extra_patches=[my_patch]) as details:
         assert details.n_patches == 1
-        assert [(p.family, p.name) for p in details] == [("torch", my_patch.name)]
+        assert [(p.family, p.name) for p in details] == [("custom", my_patch.name)]
         assert torch._refs._broadcast_shapes is not original
         assert "+def my_broadcast_shapes(*_shapes):" in list(details)[0].format_diff(format="raw")
+    assert torch._refs._broadcast_shapes is original
+    # The block's patch lived only as long as the block: a later selection of any family does not pick it up.
+    assert my_patch.name not in agent.records
+    assert my_patch.name not in agent.enable("all,torch,custom").ids
     assert torch._refs._broadcast_shapes is original
 
 

@@ -23,12 +23,9 @@ ROUTE = PatchSpec(
 
 
 @pytest.fixture
-def agent(agent):
+def agent(make_agent):
     """A private agent with the real entry points and one test route patch; the global one stays off."""
-    own = Agent(registry.EXPORT_ENTRY_POINTS, [ROUTE])
-    own.enable("all")
-    yield own
-    own.disable()
+    return make_agent([ROUTE])
 
 
 def _export(model, x, strict):
