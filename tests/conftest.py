@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -30,10 +31,99 @@ def run_py(code: str, python: str = sys.executable, args=(), timeout=300, **env)
 
 
 @pytest.fixture
-def agent():
+def global_agent():
     """The process-wide agent, guaranteed off before and after the test."""
     from autopatch.agent import AGENT
 
     AGENT.disable()
     yield AGENT
     AGENT.disable()
+
+
+@pytest.fixture
+def agent(global_agent):
+    """The process-wide agent (modules may override this name with a private agent)."""
+    return global_agent
+
+
+@pytest.fixture
+def make_agent(global_agent):
+    """Private agents over the real entry points: ``make_agent(patches, selection)``. The process-wide agent
+    stays off; every private agent is disabled after the test."""
+    from autopatch import registry
+    from autopatch.agent import Agent
+
+    made = []
+
+    def make(patches=registry.PATCHES, selection="all"):
+        own = Agent(registry.EXPORT_ENTRY_POINTS, list(patches))
+        own.enable(selection)
+        made.append(own)
+        return own
+
+    yield make
+    for own in reversed(made):
+        own.disable()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Version-gated tests: @pytest.mark.requires("transformers<5") (or pytest.param(..., marks=...)).
+# A test whose requirement the installed versions do not meet is deselected, not skipped: the patch it proves does
+# not exist on this version. The summary names every deselected test and the version found, so nothing passes
+# silently. Under xdist the workers collect, so they send their list to the controller, which prints it.
+# ---------------------------------------------------------------------------------------------------------------
+
+_DESELECTED: dict = {}
+
+
+def requires(requirement: str):
+    """A mark for a test that applies only where ``requirement`` (PEP 508, e.g. "transformers>=5") holds."""
+    return pytest.mark.requires(requirement)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "requires(requirement): run only where the installed distribution satisfies the PEP 508 "
+        "requirement; elsewhere the test is deselected and the summary says why")
+
+
+def _unmet(item) -> str:
+    from packaging.requirements import Requirement
+
+    from autopatch import versions
+
+    for mark in item.iter_markers("requires"):
+        req = Requirement(mark.args[0])
+        why = versions.unmet([(req.name, str(req.specifier))])
+        if why:
+            return why
+    return ""
+
+
+def pytest_collection_modifyitems(config, items):
+    kept, dropped = [], []
+    for item in items:
+        why = _unmet(item)
+        if why:
+            dropped.append(item)
+            _DESELECTED.setdefault(why, set()).add(item.nodeid)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    if hasattr(config, "workeroutput"):  # an xdist worker: the controller prints the summary
+        config.workeroutput["autopatch_deselected"] = json.dumps({k: sorted(v) for k, v in _DESELECTED.items()})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    for why, ids in json.loads(getattr(node, "workeroutput", {}).get("autopatch_deselected", "{}")).items():
+        _DESELECTED.setdefault(why, set()).update(ids)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for why, ids in sorted(_DESELECTED.items()):
+        terminalreporter.write_line(f"deselected {len(ids)} test(s) for this version ({why}):")
+        for nodeid in sorted(ids):
+            terminalreporter.write_line(f"    {nodeid}")
