@@ -87,6 +87,17 @@ PATCHES = (
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
     ),
+    PatchSpec(
+        id="pytree.mamba_cache",
+        family="pytree",
+        trigger="transformers.models.mamba.modeling_mamba",
+        target="MambaCache",
+        mode="install",
+        replacement="autopatch.patches.pytree_caches:register_mamba_cache",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        reason="Mamba's own cache (before 5.0 moved it into DynamicCache's linear-attention layers) as an export "
+        "input or output: {'conv_states': [...], 'ssm_states': [...]}.",
+    ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
     # --- end of torch family ---
     # --- transformers family: RoPE and state-space scans (issue 5) ---

@@ -12,7 +12,7 @@ from packaging.version import Version
 import autopatch
 import zoo
 from autopatch import registry
-from autopatch.agent import Agent
+from conftest import requires
 
 TRANSFORMERS_5 = Version(transformers.__version__) >= Version("5")
 # gpt_oss on 4.57 fails in its MoE routing (data-dependent expert selection), not in its cache: issue 5.
@@ -20,11 +20,8 @@ DECODERS = [name for name in zoo.DECODERS if TRANSFORMERS_5 or name != "gpt_oss"
 
 
 @pytest.fixture
-def pytree_patches(agent):
-    own = Agent(registry.EXPORT_ENTRY_POINTS, registry.PATCHES)
-    own.enable("pytree")
-    yield own
-    own.disable()
+def pytree_patches(make_agent):
+    return make_agent(registry.PATCHES, "pytree")
 
 
 def _export_and_compare(model, traced, other_a, other_b, run):
@@ -125,3 +122,45 @@ def test_guess_dynamic_shapes_marks_only_what_differs():
     assert autopatch.guess_dynamic_shapes(a, b) == {"x": {1: dyn}, "pair": [None, {0: dyn}], "flag": None}
     with pytest.raises(ValueError, match="differ in structure"):
         autopatch.guess_dynamic_shapes(a, {**b, "extra": torch.ones(1)})
+
+
+MAMBA = dict(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, conv_kernel=4, expand=2)
+JAMBA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=100, num_experts=1,
+             mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)
+# 5.x keeps mamba states in DynamicCache's linear-attention layers (pytree.dynamic_cache); 4.57 has MambaCache
+# (pytree.mamba_cache). Jamba's hybrid cache is a DynamicCache only on 5.x (4.57's must be built by hand).
+SSM = [pytest.param("mamba", "pytree.dynamic_cache", marks=requires("transformers>=5")),
+       pytest.param("mamba", "pytree.mamba_cache", marks=requires("transformers<5")),
+       pytest.param("jamba", "pytree.dynamic_cache", marks=requires("transformers>=5"))]
+
+
+def _ssm_inputs(model, batch, past, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), use_cache=True)
+    inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g)}
+    if TRANSFORMERS_5:
+        # Mamba's output names its cache cache_params, Jamba's past_key_values; both are a DynamicCache.
+        cache = out.cache_params if hasattr(out, "cache_params") else out.past_key_values
+        inputs["cache_params" if hasattr(out, "cache_params") else "past_key_values"] = cache
+    else:
+        inputs.update(cache_params=out.cache_params, cache_position=torch.arange(past, past + 1))
+    return inputs
+
+
+@pytest.mark.parametrize("name,patch_id", SSM)
+def test_state_space_decode_step_with_and_without_its_patch(pytree_patches, name, patch_id):
+    config_cls, model_cls, kwargs = {"mamba": (transformers.MambaConfig, transformers.MambaForCausalLM, MAMBA),
+                                     "jamba": (transformers.JambaConfig, transformers.JambaForCausalLM, JAMBA)}[name]
+    torch.manual_seed(0)
+    model = model_cls(config_cls(**kwargs)).eval()
+    traced, other, run = (_ssm_inputs(model, b, p, s) for b, p, s in ((2, 5, 1), (3, 6, 2), (1, 7, 3)))
+    shapes = autopatch.guess_dynamic_shapes(traced, other)
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+        torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits, model(**copy.deepcopy(run)).logits)
+        assert pytree_patches.records[patch_id].hits > 0
+        pytree_patches.enable(f"pytree,-{patch_id}")
+        with pytest.raises(Exception, match="Cache"):
+            torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)

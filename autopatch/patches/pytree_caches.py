@@ -324,3 +324,35 @@ def register_encoder_decoder_cache(module, name, cache_cls):
     return pytree_registration.register(
         cache_cls, flatten, unflatten, flatten_with_keys, _to_dumpable, _from_dumpable, replaceable=REPLACEABLE
     )
+
+
+def register_mamba_cache(module, name, cache_cls):
+    """transformers 4.56-4.57 ``MambaCache`` (models/mamba): {"conv_states": [...], "ssm_states": [...]}.
+    The batch size is not context: it is read back from the tensors."""
+    patch_id = "pytree.mamba_cache"
+    sizes = ("intermediate_size", "ssm_state_size", "conv_kernel_size")
+
+    def flatten(cache):
+        scope.count_hit(patch_id)
+        context = (tuple(getattr(cache, s) for s in sizes), str(cache._dtype))
+        return [list(cache.conv_states), list(cache.ssm_states)], context
+
+    def flatten_with_keys(cache):
+        from torch.utils._pytree import MappingKey
+
+        children, context = flatten(cache)
+        return [(MappingKey("conv_states"), children[0]), (MappingKey("ssm_states"), children[1])], context
+
+    def unflatten(children, context):
+        values, dtype_name = context
+        cache = cache_cls.__new__(cache_cls)
+        for attr, value in zip(sizes, values):
+            setattr(cache, attr, value)
+        cache.conv_states, cache.ssm_states = list(children[0]), list(children[1])
+        cache._dtype = getattr(torch, dtype_name.rpartition(".")[2])
+        cache.max_batch_size = cache.conv_states[0].shape[0] if cache.conv_states else 0
+        return cache
+
+    return pytree_registration.register(
+        cache_cls, flatten, unflatten, flatten_with_keys, _to_dumpable, _from_dumpable, replaceable=REPLACEABLE
+    )
