@@ -99,6 +99,162 @@ PATCHES = (
         "input or output: {'conv_states': [...], 'ssm_states': [...]}.",
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
+    PatchSpec(
+        id="torch.broadcast.infer_size",
+        family="torch",
+        trigger="torch._subclasses.fake_impls",
+        target="infer_size",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:infer_size",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("a91789a75c4d",),
+        reason="x + y with independent dynamic dims traced at equal sizes: the FakeTensor fast path decides "
+        "size_a == size_b from the hints and replaces one dim by the other, so the program rejects broadcasting "
+        "inputs ((1,3)+(4,3)) and named Dims fail with 'must always be equal'. Keeps both dims: Max(a, b) and a "
+        "deferred 'equal or 1' check.",
+    ),
+    PatchSpec(
+        id="torch.broadcast.fast_binary",
+        family="torch",
+        trigger="torch._subclasses.fake_tensor",
+        target="get_fast_op_impls",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:get_fast_op_impls",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("4e4663b18f03",),
+        reason="With torch.broadcast.infer_size: the add/sub/mul/div.Tensor fast path then checks 'operand shape == "
+        "output shape' on the hints (guard_or_false) and the program again rejects broadcasting inputs. An output "
+        "no operand statically matches is built contiguous of the broadcast shape, with no guard.",
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_shapes",
+        family="torch",
+        trigger="torch._refs",
+        target="_broadcast_shapes",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:broadcast_shapes",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("fdb146ffee68",),
+        reason="Refs path of where/maximum/pow/eq/expand_as...: torch._check(common == shape) replaces one "
+        "independent dim by the other. Opt-in: helps only with torch.backed_size_oblivious and the other "
+        "torch.broadcast_refs.* patches.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_shapes_meta_registrations",
+        family="torch",
+        trigger="torch._meta_registrations",
+        target="_broadcast_shapes",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:broadcast_shapes",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("fdb146ffee68",),
+        reason="The alias of torch._refs._broadcast_shapes bound by torch._meta_registrations.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_shapes_conversions",
+        family="torch",
+        trigger="torch._refs._conversions",
+        target="_broadcast_shapes",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:broadcast_shapes",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("fdb146ffee68",),
+        reason="The alias of torch._refs._broadcast_shapes bound by torch._refs._conversions.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.maybe_broadcast",
+        family="torch",
+        trigger="torch._refs",
+        target="_maybe_broadcast",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:maybe_broadcast",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("68f8551e77ba",),
+        reason="Refs path: its should_expand asks torch._check(x == y) for each dim. Expands unless the shape is "
+        "statically the common one. Opt-in, with torch.backed_size_oblivious.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.maybe_broadcast_meta_registrations",
+        family="torch",
+        trigger="torch._meta_registrations",
+        target="_maybe_broadcast",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:maybe_broadcast",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("68f8551e77ba",),
+        reason="The alias of torch._refs._maybe_broadcast bound by torch._meta_registrations.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_in_dim",
+        family="torch",
+        trigger="torch._prims",
+        target="broadcast_in_dim.prim_meta_impl",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:broadcast_in_dim_meta",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("3a6441582085",),
+        reason="The meta of prims.broadcast_in_dim (FakeTensor calls op.prim_meta_impl) checks a.shape[i] == "
+        "shape[i], which forces the dims equal; a deferred 'broadcastable' check instead. Opt-in, with "
+        "torch.backed_size_oblivious.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.backed_size_oblivious",
+        family="torch",
+        trigger="torch.export._trace",
+        target="_export_for_training",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:export_backed_size_oblivious",
+        requires=(("torch", ">=2.13"),),
+        reason="Runs the export with torch.fx.experimental._config backed_size_oblivious=True: size checks stop "
+        "reading the hints of backed symbols. With torch.broadcast_refs.* it keeps independent dims in "
+        "torch.where/maximum/... Opt-in: it changes which guards every export records.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.stop_if_static",
+        family="torch",
+        trigger="torch.fx.experimental.symbolic_shapes",
+        target="ShapeEnv._set_replacement",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:set_replacement",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("78a9265cf80f",),
+        reason="Debugging aid: raises StopIfStaticError the moment a dynamic input dim is specialized to a constant "
+        "or forced equal to another input dim, naming the guard and the user's file:line (torch reports it only "
+        "at the end, without a location, or not at all for x + y).",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.export.range_constraints_varkw",
+        family="torch",
+        trigger="torch.export._trace",
+        target="_get_range_constraints",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:get_range_constraints",
+        requires=(("torch", ">=2.13"),),
+        fingerprints=("4839f12dce44",),
+        reason="forward(self, input_ids, attention_mask=None, **kwargs) with dynamic shapes for the **kwargs: the "
+        "'traced order' rebuild keeps the kwargs group and re-adds its keys, and export fails with 'Must provide a "
+        "tree_name when there might be a mismatch'. Flattens the group in inputs and dynamic_shapes alike.",
+    ),
+    PatchSpec(
+        id="torch.export.guards_varkw",
+        family="torch",
+        trigger="torch.export._unlift",
+        target="_convert_guards_code_to_fn",
+        mode="install",
+        replacement="autopatch.patches.torch_shapes:install_varkw_guards",
+        requires=(("torch", ">=2.13"),),
+        reason="Then, non-strict: ep.module() fails with \"NameError: name 'L' is not defined\": guards name "
+        "L['kwargs']['past'] while the module's inputs are flat. Rewrites them to L['past']. Runs in ep.module(), "
+        "after the export, so it is always on; it changes only guards that could not run.",
+    ),
     # --- end of torch family ---
     # --- transformers family: RoPE and state-space scans (issue 5) ---
     # --- end of RoPE and state-space scans ---

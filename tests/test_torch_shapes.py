@@ -1,0 +1,335 @@
+"""torch family, symbolic shapes (issue 4), on torch 2.13: broadcasting between independent dynamic dims,
+backed_size_oblivious, stop_if_static, and forward(**kwargs) range constraints. Each patch: the failure without
+it, the export with it matching eager on sizes other than traced, and eager unchanged while it is installed."""
+
+import contextlib
+import copy
+import inspect
+
+import pytest
+import torch
+from torch.export import Dim
+
+import autopatch
+import zoo
+from autopatch import registry
+from autopatch.agent import Agent
+
+BROADCAST = ("torch.broadcast.infer_size", "torch.broadcast.fast_binary")
+REFS = tuple(s.id for s in registry.PATCHES if s.id.startswith("torch.broadcast_refs."))
+BSO = ("torch.backed_size_oblivious",)
+VARKW = ("torch.export.range_constraints_varkw", "torch.export.guards_varkw")
+STOP = ("torch.stop_if_static",)
+ALL_TORCH = tuple(s.id for s in registry.PATCHES if s.family == "torch")
+STRICT = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+
+
+@contextlib.contextmanager
+def patches(*ids):
+    """A private agent with the real entry points and the named patches (opt-in ones included)."""
+    own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id in ids])
+    if ids:
+        own.enable(",".join(ids))
+    try:
+        yield own
+    finally:
+        own.disable()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Broadcasting: x + y traced at equal sizes, run at broadcasting ones
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Binary(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y, x - y, x * y, x / (y.abs() + 1)
+
+
+class Where(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.where(x > 0, x, y), torch.maximum(x, y)
+
+
+TRACED = ((2, 3), (2, 3))
+# Broadcasting pairs other than traced, and one equal pair.
+OTHERS = [((1, 3), (4, 3)), ((4, 1), (4, 5)), ((4, 5), (4, 1)), ((2, 3), (1, 3)), ((4, 5), (1, 1)),
+          ((1, 1), (4, 5)), ((3, 3), (3, 3))]
+BAD = ((4, 5), (3, 5))  # not broadcastable: eager and the program must both refuse it
+
+
+def _shapes(named):
+    if named:
+        return {"x": {0: Dim("a"), 1: Dim("b")}, "y": {0: Dim("c"), 1: Dim("d")}}
+    return {"x": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}, "y": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}}
+
+
+def _export_pair(model, named, strict):
+    gen = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(s, generator=gen) for s in TRACED)
+    return torch.export.export(model, (x, y), dynamic_shapes=_shapes(named), strict=strict)
+
+
+def _check_pairs(model, program):
+    gen = torch.Generator().manual_seed(1)
+    for sx, sy in OTHERS:
+        x, y = torch.randn(sx, generator=gen), torch.randn(sy, generator=gen)
+        torch.testing.assert_close(program.module()(x, y), model(x, y), msg=lambda m: f"{sx}+{sy}: {m}")
+    x, y = torch.randn(BAD[0]), torch.randn(BAD[1])
+    with pytest.raises(RuntimeError):
+        model(x, y)
+    with pytest.raises((AssertionError, RuntimeError)):
+        program.module()(x, y)
+
+
+@STRICT
+def test_broadcast_without_patch_dims_are_merged(agent, strict):
+    # Dim.DYNAMIC: both inputs share one symbol per dim and the program rejects (1,3)+(4,3).
+    program = _export_pair(Binary(), named=False, strict=strict)
+    with pytest.raises(AssertionError, match="Guard failed"):
+        program.module()(torch.randn(1, 3), torch.randn(4, 3))
+    # Named Dims: the export itself fails.
+    with pytest.raises(torch._dynamo.exc.UserError, match="must always be equal"):
+        _export_pair(Binary(), named=True, strict=strict)
+
+
+@STRICT
+def test_broadcast_infer_size_alone_is_not_enough(agent, strict):
+    with patches("torch.broadcast.infer_size"):
+        program = _export_pair(Binary(), named=False, strict=strict)
+    with pytest.raises(AssertionError, match="Guard failed"):
+        program.module()(torch.randn(1, 3), torch.randn(4, 3))
+
+
+@STRICT
+@pytest.mark.parametrize("named", [False, True], ids=["DYNAMIC", "named"])
+def test_broadcast_with_patch_keeps_both_dims(agent, strict, named):
+    model = Binary()
+    with patches(*BROADCAST) as own:
+        program = _export_pair(model, named=named, strict=strict)
+        assert own.records["torch.broadcast.infer_size"].hits > 0
+        assert own.records["torch.broadcast.fast_binary"].hits > 0
+    x_shape, y_shape = (n.meta["val"].shape for n in program.graph.nodes if n.op == "placeholder")
+    assert len({str(d) for d in (*x_shape, *y_shape)}) == 4, (x_shape, y_shape)  # four independent symbols
+    _check_pairs(model, program)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refs path (torch.where, torch.maximum): needs backed_size_oblivious
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _where_program(strict):
+    return _export_pair(Where(), named=False, strict=strict)
+
+
+def _fails_some_pair(model, program):
+    """True when the program rejects or mis-computes one of the broadcasting pairs eager accepts."""
+    for sx, sy in OTHERS:
+        x, y = torch.randn(sx), torch.randn(sy)
+        try:
+            got = program.module()(x, y)
+        except (AssertionError, RuntimeError):
+            return True
+        if any(not torch.equal(a, b) for a, b in zip(got, model(x, y))):
+            return True
+    return False
+
+
+def test_backed_size_oblivious_is_opt_in_and_scoped(agent):
+    spec = next(s for s in registry.PATCHES if s.id == "torch.backed_size_oblivious")
+    assert not spec.default and all(not s.default for s in registry.PATCHES if s.id in REFS + STOP)
+    assert "torch.backed_size_oblivious" not in autopatch.selection.parse("all", registry.PATCHES).ids
+    from torch.fx.experimental import _config
+
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            seen.append(_config.backed_size_oblivious)
+            return x * 2
+
+    with patches(*BSO) as own:
+        torch.export.export(Spy(), (torch.ones(3),), dynamic_shapes=({0: Dim.DYNAMIC},), strict=False)
+        Spy()(torch.ones(3))  # eager: the flag is untouched
+        assert own.records["torch.backed_size_oblivious"].hits == 1
+    assert seen == [True, False] and _config.backed_size_oblivious is False
+
+
+@STRICT
+def test_where_needs_refs_patches_and_backed_size_oblivious(agent, strict):
+    with patches(*BROADCAST, *REFS):  # default (backed) mode: the refs patches alone do not help
+        assert _fails_some_pair(Where(), _where_program(strict))
+    with patches(*BROADCAST, *BSO):  # backed_size_oblivious without the refs patches: dims still merged
+        assert _fails_some_pair(Where(), _where_program(strict))
+    model = Where()
+    with patches(*BROADCAST, *REFS, *BSO) as own:
+        program = _where_program(strict)
+        hit = {i for i in REFS if own.records[i].hits}
+        assert {"torch.broadcast_refs.maybe_broadcast", "torch.broadcast_refs.broadcast_in_dim"} <= hit, hit
+    _check_pairs(model, program)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stop_if_static
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Specializes(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 3:  # SPECIALIZES
+            return x * 2
+        return x
+
+
+class Merges(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y  # MERGES
+
+
+def _line(cls, marker):
+    lines, start = inspect.getsourcelines(cls.forward)
+    return start + next(i for i, text in enumerate(lines) if marker in text)
+
+
+@STRICT
+def test_stop_if_static_names_the_specializing_line(agent, strict):
+    x = torch.ones(3, 4)
+    # Without it: torch reports the constraint violation at the end, with no file or line.
+    with pytest.raises(Exception) as plain:
+        torch.export.export(Specializes(), (x,), dynamic_shapes=({0: Dim.DYNAMIC},), strict=strict)
+    if not strict:  # strict: dynamo's message has the user stack already
+        assert __file__ not in str(plain.value)
+    with patches(*STOP):
+        with pytest.raises(Exception, match="stop_if_static") as caught:
+            torch.export.export(Specializes(), (x,), dynamic_shapes=({0: Dim.DYNAMIC},), strict=strict)
+    text = str(caught.value)
+    assert f"{__file__}:{_line(Specializes, 'SPECIALIZES')}" in text, text
+    assert "Eq(" in text and "constant 3" in text, text
+
+
+@STRICT
+def test_stop_if_static_reports_dims_forced_equal(agent, strict):
+    x, y = torch.ones(2, 3), torch.ones(2, 3)
+    shapes = _shapes(named=False)
+    torch.export.export(Merges(), (x, y), dynamic_shapes=shapes, strict=strict)  # silently merged without it
+    with patches(*STOP):
+        with pytest.raises(Exception, match="stop_if_static") as caught:
+            torch.export.export(Merges(), (x, y), dynamic_shapes=shapes, strict=strict)
+        text = str(caught.value)
+        assert "forced equal to" in text and f"{__file__}:{_line(Merges, 'MERGES')}" in text, text
+        # A model that keeps its dims dynamic exports as before, and matches eager on another size.
+        program = torch.export.export(Specializes(), (torch.ones(5, 4),), dynamic_shapes=({1: Dim.DYNAMIC},),
+                                      strict=strict)
+    other = torch.randn(5, 7)
+    torch.testing.assert_close(program.module()(other), Specializes()(other))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# forward(self, input_ids, attention_mask=None, **kwargs)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class VarKw(torch.nn.Module):
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        return input_ids.float().sum(dim=1) + attention_mask.sum(dim=1) + kwargs["past"].sum(dim=1) * kwargs["cache"].shape[1]
+
+
+def _varkw_inputs(batch, seq, mask, past, cache, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return {"input_ids": torch.randint(0, 9, (batch, seq), generator=gen),
+            "attention_mask": torch.randn(batch, mask, generator=gen),
+            "past": torch.randn(batch, past, generator=gen), "cache": torch.randn(batch, cache, generator=gen)}
+
+
+def _varkw_export(strict, order):
+    batch = Dim("batch", min=1, max=8)
+    shapes = {"input_ids": {0: batch, 1: Dim("seq", min=2, max=64)},
+              "attention_mask": {0: batch, 1: Dim("mask", min=3, max=128)},
+              "kwargs": {"past": {0: batch}, "cache": {0: batch, 1: Dim("cache", min=4, max=100)}}}
+    traced = _varkw_inputs(2, 6, 7, 5, 9, seed=0)
+    return torch.export.export(VarKw(), (), {k: traced[k] for k in order}, dynamic_shapes=shapes, strict=strict)
+
+
+ORDERS = [["input_ids", "attention_mask", "past", "cache"], ["cache", "attention_mask", "past", "input_ids"]]
+
+
+@STRICT
+def test_varkw_fails_without_patch(agent, strict):
+    with pytest.raises(AssertionError, match="Must provide a tree_name"):
+        _varkw_export(strict, ORDERS[0])
+
+
+@STRICT
+@pytest.mark.parametrize("order", ORDERS, ids=["signature-order", "shuffled"])
+def test_varkw_with_patch(agent, strict, order):
+    with patches(*VARKW) as own:
+        program = _varkw_export(strict, order)
+        assert own.records["torch.export.range_constraints_varkw"].hits == 1
+        ranges = {str(k): (int(v.lower), int(v.upper)) for k, v in program.range_constraints.items()}
+        assert sorted(ranges.values()) == sorted([(1, 8), (2, 64), (3, 128), (4, 100)]), ranges
+        other = _varkw_inputs(3, 40, 110, 5, 60, seed=1)
+        torch.testing.assert_close(program.module()(**other), VarKw()(**other))
+        with pytest.raises(AssertionError, match="Guard failed"):  # batch mismatch between inputs
+            program.module()(**{**other, "past": torch.randn(4, 5)})
+
+
+@STRICT
+def test_varkw_patch_changes_no_other_export(agent, strict):
+    class Plain(torch.nn.Module):
+        def forward(self, x, mask=None, *, scale=None):
+            return x * mask.sum() + scale
+
+    inputs = {"x": torch.randn(2, 3), "mask": torch.randn(2, 4), "scale": torch.randn(3)}
+    shapes = {"x": {0: Dim("b"), 1: Dim("n")}, "mask": {0: Dim("b"), 1: Dim("m")}, "scale": {0: Dim("n")}}
+    programs = []
+    for ids in ((), VARKW):
+        with patches(*ids):
+            program = torch.export.export(Plain(), (), dict(reversed(inputs.items())), dynamic_shapes=shapes,
+                                          strict=strict)
+            programs.append((str(program.graph), {str(k): str(v) for k, v in program.range_constraints.items()},
+                             program._guards_code))
+    assert programs[0] == programs[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Eager unchanged, and a transformers decode step with the default torch patches
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_eager_results_unchanged_with_all_torch_patches(agent):
+    model, config = zoo.build("llama")
+    inputs = zoo.decode_inputs(model, config, batch=2, past=5, seq=3, seed=4)
+    gen = torch.Generator().manual_seed(5)
+    pairs = [(torch.randn(sx, generator=gen), torch.randn(sy, generator=gen)) for sx, sy in OTHERS]
+    varkw = _varkw_inputs(3, 4, 5, 6, 7, seed=6)
+
+    def run():
+        with torch.no_grad():
+            out = model(**copy.deepcopy(inputs)).logits
+        return [out, *[Binary()(x, y) for x, y in pairs], *[Where()(x, y) for x, y in pairs], VarKw()(**varkw),
+                torch.broadcast_shapes((1, 3), (4, 1))]
+
+    expected = run()
+    with patches(*ALL_TORCH) as own:
+        assert all(own.records[i].state in ("applied", "applied-late") for i in ALL_TORCH), \
+            {i: own.records[i].state for i in ALL_TORCH}
+        got = run()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_decoder_export_with_default_torch_patches(agent, name):
+    model, config = zoo.build(name)
+    traced = zoo.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
+    other = zoo.decode_inputs(model, config, batch=3, past=8, seq=2, seed=2)
+    run = zoo.decode_inputs(model, config, batch=1, past=9, seq=1, seed=3)
+    defaults = [s.id for s in registry.PATCHES if s.default and s.family in ("pytree", "torch")]
+    assert set(BROADCAST) | set(VARKW) <= set(defaults)
+    with patches(*defaults) as own, torch.no_grad():
+        shapes = autopatch.guess_dynamic_shapes(traced, other)
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+        assert own.records["torch.broadcast.infer_size"].hits > 0
+        got = program.module()(**copy.deepcopy(run))
+        expected = model(**copy.deepcopy(run))
+    torch.testing.assert_close(got.logits, expected.logits)
