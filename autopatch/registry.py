@@ -257,7 +257,118 @@ PATCHES = (
     ),
     # --- end of torch family ---
     # --- transformers family: RoPE and state-space scans (issue 5) ---
+    PatchSpec(
+        id="transformers.rope.dynamic",
+        family="transformers",
+        trigger="transformers.modeling_rope_utils",
+        target="dynamic_rope_update",
+        mode="install",
+        replacement="autopatch.patches.transformers_rope:install_dynamic_rope_update",
+        requires=(("transformers", ">=4.57"), ("torch", ">=2.6")),
+        fingerprints=("97e426d014ac", "54741fa0ea32"),
+        reason="Dynamic RoPE (rope_type='dynamic') tests max(position_ids)+1 in Python ifs and re-registers "
+        "inv_freq: export fails with 'Could not guard on data-dependent expression'. Under export, the decorated "
+        "rotary forward uses where(seq_len > original length, rescaled, original) frequencies, without state; "
+        "every model using the decorator, including classes decorated before activation.",
+    ),
+    PatchSpec(
+        id="transformers.mamba.selective_scan",
+        family="transformers",
+        trigger="transformers.models.mamba.modeling_mamba",
+        target="mamba_selective_scan",
+        mode="route",
+        replacement="autopatch.patches.transformers_ssm:mamba_selective_scan",
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        fingerprints=("b5b076947d18",),
+        reason="Mamba's torch-only selective scan is a Python loop over the sequence: export unrolls it and "
+        "specializes the sequence length. The recurrence runs as torch scan (higher-order op) instead.",
+    ),
+    PatchSpec(
+        id="transformers.falcon_mamba.selective_scan",
+        family="transformers",
+        trigger="transformers.models.falcon_mamba.modeling_falcon_mamba",
+        target="mamba_selective_scan",
+        mode="route",
+        replacement="autopatch.patches.transformers_ssm:mamba_selective_scan",
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        fingerprints=("b5b076947d18",),
+        reason="falcon_mamba's own copy of mamba_selective_scan: the same loop, the same scan.",
+    ),
+    PatchSpec(
+        id="transformers.mamba.slow_forward",
+        family="transformers",
+        trigger="transformers.models.mamba.modeling_mamba",
+        target="MambaMixer.slow_forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_ssm:mamba_slow_forward",
+        requires=(("transformers", "<5"), ("torch", ">=2.6")),
+        fingerprints=("3b03478a8b54",),
+        reason="transformers 4.x: the selective scan loop inside MambaMixer.slow_forward specializes the "
+        "sequence length; the recurrence runs as torch scan instead (cache branches kept).",
+    ),
     # --- end of RoPE and state-space scans ---
     # --- transformers family: MoE and vision-language models (issue 5) ---
+    PatchSpec(
+        id="transformers.moe.mixtral",
+        family="transformers",
+        trigger="transformers.models.mixtral.modeling_mixtral",
+        target="MixtralSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:mixtral_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("7008bd8a53b3",),
+        reason="The 4.x block loops in Python over nonzero() of the experts hit: a data-dependent guard "
+        "(Eq(u0, 0)). Under export every expert runs on every token, weighted by a dense top-k routing matrix.",
+    ),
+    PatchSpec(
+        id="transformers.moe.qwen3_moe",
+        family="transformers",
+        trigger="transformers.models.qwen3_moe.modeling_qwen3_moe",
+        target="Qwen3MoeSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:qwen3_moe_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("751ffe2704e4",),
+        reason="Same nonzero() expert loop as Mixtral (data-dependent guard Eq(u0, 0)); replaced by all experts "
+        "on all tokens with dense routing weights (norm_topk_prob honoured).",
+    ),
+    PatchSpec(
+        id="transformers.moe.gpt_oss",
+        family="transformers",
+        trigger="transformers.models.gpt_oss.modeling_gpt_oss",
+        target="GptOssExperts.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:gpt_oss_experts_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("e24f33c77bb1",),
+        reason="On CPU the 4.x experts loop over nonzero() of the experts hit (data-dependent guard Eq(u0, 0)); "
+        "under export the batched all-experts path (the one 4.x uses on accelerators) runs on every device.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_image_features",
+        family="transformers",
+        trigger="transformers.models.llava.modeling_llava",
+        target="LlavaModel.get_image_features",
+        mode="route",
+        replacement="autopatch.patches.transformers_vision:llava_image_features",
+        requires=(("transformers", ">=4.56"),),
+        fingerprints=("4d07a1e3c4e4", "80304841b3fc"),
+        reason="list(image_features) unbinds the image batch, so export specialises pixel_values' batch to the "
+        "traced size. Under export the features come back as one [images*patches, dim] tensor in a one-element "
+        "list, which LlavaModel.forward concatenates to the same result.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.llava.modeling_llava",
+        target="LlavaModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.patches.transformers_vision:llava_placeholder_mask",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("5d873236af34",),
+        reason="4.x checks the image token count against the features with a Python if on a data-dependent size "
+        "(guard Ne(u0, 2048)); under export the same condition is a torch._check_tensor_all (a runtime "
+        "assertion), as 5.x does.",
+    ),
     # --- end of MoE and vision-language models ---
 )

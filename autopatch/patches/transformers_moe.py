@@ -1,0 +1,78 @@
+"""Mixture-of-experts blocks without data-dependent control flow (transformers 4.x).
+
+transformers 4.57 dispatches tokens to experts with a Python loop over ``nonzero()`` of the experts that were
+hit: the number of iterations depends on the data, so torch.export stops with "Could not guard on
+data-dependent expression Eq(u0, 0)".  The replacements below run every expert on every token and weight each
+output with a dense ``[tokens, experts]`` routing matrix that is zero for the experts a token was not routed
+to.  The result is the same sum as the sparse dispatch (up to float summation order); the cost is
+``num_experts / top_k`` times the expert compute, which is the price of a static graph.
+
+Only used while torch.export traces (route patches): eager code keeps the sparse loop.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _dense_routing(router_logits, top_k: int, normalize: bool, dtype):
+    """``[tokens, experts]`` weights: the softmax top-k probabilities (renormalised over the k chosen when
+    ``normalize``) at the chosen experts, zero elsewhere. Same arithmetic as the 4.x sparse blocks."""
+    probs = F.softmax(router_logits, dim=1, dtype=torch.float)
+    top_weights, top_experts = torch.topk(probs, top_k, dim=-1)
+    if normalize:
+        top_weights = top_weights / top_weights.sum(dim=-1, keepdim=True)
+    top_weights = top_weights.to(dtype)
+    dense = torch.zeros(router_logits.shape, dtype=dtype, device=router_logits.device)
+    return dense.scatter(1, top_experts, top_weights)
+
+
+def _all_experts(experts, tokens, weights):
+    """Sum over every expert of ``expert(tokens) * weight``: a fixed number of calls, whatever the routing."""
+    total = torch.zeros_like(tokens)
+    for index, expert in enumerate(experts):
+        total = total + (expert(tokens) * weights[:, index, None]).to(tokens.dtype)
+    return total
+
+
+def mixtral_sparse_moe_forward(self, hidden_states: torch.Tensor):
+    """MixtralSparseMoeBlock.forward (4.x) with every expert applied to every token."""
+    batch_size, sequence_length, hidden_dim = hidden_states.shape
+    if self.training and self.jitter_noise > 0:
+        hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
+    tokens = hidden_states.view(-1, hidden_dim)
+    router_logits = self.gate(tokens)
+    weights = _dense_routing(router_logits, self.top_k, normalize=True, dtype=tokens.dtype)
+    output = _all_experts(self.experts, tokens, weights)
+    return output.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+
+def qwen3_moe_sparse_moe_forward(self, hidden_states: torch.Tensor):
+    """Qwen3MoeSparseMoeBlock.forward (4.x) with every expert applied to every token."""
+    batch_size, sequence_length, hidden_dim = hidden_states.shape
+    tokens = hidden_states.view(-1, hidden_dim)
+    router_logits = self.gate(tokens)
+    weights = _dense_routing(router_logits, self.top_k, normalize=self.norm_topk_prob, dtype=tokens.dtype)
+    output = _all_experts(self.experts, tokens, weights)
+    return output.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+
+def gpt_oss_experts_forward(self, hidden_states: torch.Tensor, router_indices=None, routing_weights=None):
+    """GptOssExperts.forward (4.x): the batched all-experts computation for every device.
+
+    ``routing_weights`` from GptOssTopKRouter is already dense (``[tokens, experts]``, zero where a token is not
+    routed), so ``router_indices`` is not needed. The 4.x code takes this path on accelerators but a
+    ``nonzero()`` loop on CPU and in training."""
+    batch_size = hidden_states.shape[0]
+    tokens = hidden_states.reshape(-1, self.hidden_size)  # [T, H]
+    # [E, T, 2I]: every expert on every token.
+    gate_up = torch.matmul(tokens.unsqueeze(0), self.gate_up_proj) + self.gate_up_proj_bias.unsqueeze(1)
+    gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+    gate = gate.clamp(min=None, max=self.limit)
+    up = up.clamp(min=-self.limit, max=self.limit)
+    glu = gate * torch.sigmoid(gate * self.alpha)
+    out = torch.matmul((up + 1) * glu, self.down_proj) + self.down_proj_bias.unsqueeze(1)  # [E, T, H]
+    weighted = out * routing_weights.transpose(0, 1).unsqueeze(-1)
+    next_states = weighted.sum(dim=0).to(tokens.dtype)
+    return next_states.view(batch_size, -1, self.hidden_size)

@@ -1,0 +1,120 @@
+"""Mamba's selective scan under torch.export with a dynamic sequence length.
+
+The torch-only path runs the recurrence ``h_t = dA_t * h_{t-1} + dBu_t, y_t = h_t @ C_t`` as a Python
+``for i in range(seq_len)`` loop: export unrolls it and specializes the sequence length to the traced value
+("You marked ... as dynamic but your code specialized it to be a constant"). The replacements below run the
+same recurrence through ``torch._higher_order_ops.scan`` over the time axis (carry: the state ``[B, D, N]``),
+so batch and sequence stay symbolic. They are route replacements: used only inside an export.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..spec import calls_original
+
+
+def ssm_scan(discrete_A, deltaB_u, C, ssm_state, out_dtype):
+    """``discrete_A``, ``deltaB_u``: ``[B, D, T, N]``; ``C``: ``[B, T, N]``; ``ssm_state``: ``[B, D, N]``.
+    Returns ``(y [B, D, T] in out_dtype, last state [B, D, N])``, the same arithmetic as the loop."""
+    from torch._higher_order_ops.scan import scan
+
+    def step(state, xs):
+        a_t, bu_t, c_t = xs  # [B, D, N], [B, D, N], [B, N]
+        state = a_t * state + bu_t
+        y = torch.matmul(state.to(out_dtype), c_t.unsqueeze(-1))[..., 0]  # [B, D]
+        return state, y
+
+    time_first = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.permute(1, 0, 2))
+    last, ys = scan(step, ssm_state.to(discrete_A.dtype), time_first)  # ys: [T, B, D]
+    return ys.permute(1, 2, 0), last
+
+
+def mamba_selective_scan(
+    hidden_states,
+    dt,
+    A,
+    B,
+    C,
+    D=None,
+    z=None,
+    delta_bias=None,
+    delta_softplus=False,
+    return_last_state=False,
+    use_mambapy=False,
+    use_associative_scan=False,
+    **kwargs,
+):
+    """transformers 5: ``modeling_mamba.mamba_selective_scan`` (and falcon_mamba's copy), the sequential branch
+    as a scan. The mambapy and associative-scan branches are not taken under export either."""
+    batch_size, intermediate_size, _ = hidden_states.shape
+    input_dtype = hidden_states.dtype
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype)[..., None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    B = B.transpose(1, 2)
+    C = C.transpose(1, 2)
+    discrete_A = torch.exp(A[None, :, None, :] * dt[:, :, :, None])
+    deltaB_u = (dt[:, :, :, None] * B[:, None, :, :].float()) * hidden_states[:, :, :, None].float()
+    initial = torch.zeros(batch_size, intermediate_size, A.shape[-1], dtype=input_dtype, device=hidden_states.device)
+    scan_output, ssm_state = ssm_scan(discrete_A, deltaB_u, C, initial, input_dtype)
+    if D is not None:
+        scan_output = scan_output + hidden_states * D[None, :, None]
+    if z is not None:
+        scan_output = scan_output * F.silu(z)
+    if return_last_state:
+        return scan_output, ssm_state
+    return scan_output
+
+
+@calls_original
+def mamba_slow_forward(original, self, input_states, cache_params=None, cache_position=None, attention_mask=None):
+    """transformers 4.x: ``MambaMixer.slow_forward`` with its loop as a scan; the cache branches are kept as
+    they are. Training with mambapy (pscan, no loop) goes to the original."""
+    if self.use_mambapy and self.training and cache_params is None:
+        return original(self, input_states, cache_params, cache_position, attention_mask)
+    batch_size, seq_len, _ = input_states.shape
+    dtype = input_states.dtype
+    projected_states = self.in_proj(input_states).transpose(1, 2)
+    hidden_states, gate = projected_states.chunk(2, dim=1)
+    if attention_mask is not None:
+        hidden_states = hidden_states * attention_mask.unsqueeze(1)
+    if cache_params is not None:
+        ssm_state = cache_params.ssm_states[self.layer_idx].clone().to(hidden_states.device)
+        if cache_position.shape[0] == self.conv_kernel_size:
+            conv_state = nn.functional.pad(hidden_states, (self.conv_kernel_size - hidden_states.shape[-1], 0))
+            cache_params.update_conv_state(self.layer_idx, conv_state, cache_position)
+            hidden_states = self.act(self.conv1d(hidden_states)[..., :seq_len])
+        else:
+            conv_state = cache_params.update_conv_state(self.layer_idx, hidden_states, cache_position)
+            conv_state = conv_state.to(self.conv1d.weight.device)
+            hidden_states = torch.sum(conv_state * self.conv1d.weight[:, 0, :], dim=-1)
+            if self.use_conv_bias:
+                hidden_states += self.conv1d.bias
+            hidden_states = self.act(hidden_states).to(dtype).unsqueeze(-1)
+    else:
+        ssm_state = torch.zeros(
+            (batch_size, self.intermediate_size, self.ssm_state_size), device=hidden_states.device, dtype=dtype
+        )
+        hidden_states = self.act(self.conv1d(hidden_states)[..., :seq_len])
+    if attention_mask is not None:
+        hidden_states = hidden_states * attention_mask.unsqueeze(1)
+    time_step, B, C = torch.split(
+        self.x_proj(hidden_states.transpose(1, 2)),
+        [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
+        dim=-1,
+    )
+    discrete_time_step = nn.functional.softplus(self.dt_proj(time_step)).transpose(1, 2)
+    A = -torch.exp(self.A_log.float())
+    discrete_A = torch.exp(A[None, :, None, :] * discrete_time_step[:, :, :, None])
+    deltaB_u = (discrete_time_step[:, :, :, None] * B[:, None, :, :].float()) * hidden_states[:, :, :, None].float()
+    scan_output, ssm_state = ssm_scan(discrete_A, deltaB_u, C, ssm_state, dtype)
+    scan_output = scan_output + (hidden_states * self.D[None, :, None])
+    scan_output = scan_output * self.act(gate)
+    if cache_params is not None:
+        cache_params.ssm_states[self.layer_idx].copy_(ssm_state)
+    return self.out_proj(scan_output.transpose(1, 2))
+

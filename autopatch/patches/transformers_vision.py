@@ -1,0 +1,117 @@
+"""Vision-language models: keep the image batch symbolic.
+
+LlavaModel.get_image_features ends with ``list(image_features)``: turning a ``[images, patches, dim]`` tensor
+into a Python list needs its length, so torch.export specialises the image batch to the traced value.  The
+only consumer, LlavaModel.forward, immediately does ``torch.cat(image_features, dim=0)``; the replacement hands
+it a one-element list holding the features already flattened to ``[images * patches, dim]``, which
+concatenates to the same tensor with the batch left symbolic.
+
+LlavaModel.get_placeholder_mask (4.x) compares ``inputs_embeds[mask].numel()`` (a data-dependent size) with the
+feature count in a Python ``if``; the replacement states the same condition with ``torch._check_tensor_all``, which
+export keeps as a runtime assertion.
+
+Route patches: eager code keeps the originals.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.models.llava import modeling_llava as _llava
+
+
+def _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy):
+    """The projected image features ``[images, patches, dim]``, as both 4.x and 5.x compute them."""
+    if isinstance(vision_feature_layer, int):
+        selected = image_outputs.hidden_states[vision_feature_layer]
+        if vision_feature_select_strategy == "default":
+            selected = selected[:, 1:]
+    else:
+        pool = [image_outputs.hidden_states[layer] for layer in vision_feature_layer]
+        if vision_feature_select_strategy == "default":  # drop the CLS position of every selected layer
+            pool = [hidden[:, 1:] for hidden in pool]
+        selected = torch.cat(pool, dim=-1)
+    return self.multi_modal_projector(selected)
+
+
+def _one_tensor(image_features):
+    """One list element with every image's patches, instead of one element per image (fixed count)."""
+    return [image_features.reshape(-1, image_features.shape[-1])]
+
+
+def _image_features_v5(
+    self,
+    pixel_values: torch.Tensor,
+    vision_feature_layer=None,
+    vision_feature_select_strategy=None,
+    image_sizes=None,
+    **kwargs,
+):
+    if image_sizes is not None:
+        kwargs["image_sizes"] = image_sizes
+    image_outputs = self.vision_tower(pixel_values, return_dict=True, **kwargs)
+    image_features = _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy)
+    if image_sizes is not None:  # per-image sizes: unchanged (the split sizes are data, as upstream)
+        split_sizes = (
+            (torch.as_tensor(image_sizes, device=image_features.device) // self.vision_tower.patch_size)
+            .prod(dim=-1)
+            .tolist()
+        )
+        image_outputs.pooler_output = torch.split(image_features.squeeze(0), split_sizes)
+    else:
+        image_outputs.pooler_output = _one_tensor(image_features)
+    return image_outputs
+
+
+def _image_features_v4(
+    self,
+    pixel_values: torch.FloatTensor,
+    vision_feature_layer=None,
+    vision_feature_select_strategy=None,
+    **kwargs,
+):
+    if vision_feature_layer is None:
+        vision_feature_layer = self.config.vision_feature_layer
+    if vision_feature_select_strategy is None:
+        vision_feature_select_strategy = self.config.vision_feature_select_strategy
+    if vision_feature_select_strategy not in ["default", "full"]:
+        raise ValueError(f"Unexpected select feature strategy: {self.config.vision_feature_select_strategy}")
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    image_outputs = self.vision_tower(pixel_values, output_hidden_states=True, **kwargs)
+    image_features = _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy)
+    if "image_sizes" in kwargs:  # per-image sizes: unchanged
+        split_sizes = [
+            (height // self.vision_tower.patch_size) * (width // self.vision_tower.patch_size)
+            for height, width in kwargs["image_sizes"]
+        ]
+        return torch.split(image_features.squeeze(0), split_sizes)
+    return _one_tensor(image_features)
+
+
+if hasattr(_llava, "select_hidden_states"):
+    # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision tower
+    # for the selected hidden states only and honour return_dict; the replacement gets the same wrappers.
+    llava_image_features = _llava.merge_with_config_defaults(
+        _llava.can_return_tuple(_llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
+    )
+else:
+    llava_image_features = _image_features_v4
+
+
+def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
+    """LlavaModel.get_placeholder_mask (4.x) with its size check as ``torch._check_tensor_all``."""
+    if input_ids is None:
+        image_embedding = self.get_input_embeddings()(
+            torch.tensor(self.config.image_token_id, dtype=torch.long, device=inputs_embeds.device)
+        )
+        special_image_mask = (inputs_embeds == image_embedding).all(-1)
+    else:
+        special_image_mask = input_ids == self.config.image_token_id
+    n_image_tokens = special_image_mask.sum()
+    # A tensor condition: export keeps it as an assertion on the program's inputs (a check on a plain SymInt
+    # comparison is absorbed as a shape fact and not asserted at run time).
+    torch._check_tensor_all(
+        n_image_tokens * inputs_embeds.shape[-1] == image_features.numel(),
+        lambda: f"Image features and image tokens do not match: tokens: {int(n_image_tokens)}, "
+        f"features {image_features.shape[:-1].numel()}",
+    )
+    return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)

@@ -1,0 +1,147 @@
+"""transformers.moe.*: the 4.x mixture-of-experts blocks loop in Python over nonzero() of the experts hit, a
+data-dependent guard for torch.export. Fails without the patch, exports with it, the program matches eager on
+other sizes, and eager is unchanged. On 5.x the blocks export as they are and the patches are skipped."""
+
+import pytest
+import torch
+import transformers
+
+import autopatch
+import zoo
+from autopatch import registry, state
+from autopatch.agent import Agent
+from autopatch.patches import transformers_moe
+from conftest import requires
+
+TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=128, max_position_embeddings=256)
+MOE_IDS = {"mixtral": "transformers.moe.mixtral", "qwen3_moe": "transformers.moe.qwen3_moe",
+           "gpt_oss": "transformers.moe.gpt_oss"}
+# The failure (and so the patches) exists on transformers 4.x only, measured on 4.57.6; 5.23 exports these.
+MODELS = [pytest.param(name, marks=requires("transformers<5")) for name in MOE_IDS]
+# On 5.x the patches must report themselves skipped by their version gate.
+SKIPPED_ON_5 = [pytest.param(patch_id, marks=requires("transformers>=5")) for patch_id in MOE_IDS.values()]
+
+
+def _build(name):
+    if name == "mixtral":
+        config = transformers.MixtralConfig(**TEXT, num_local_experts=4, num_experts_per_tok=2)
+        cls = transformers.MixtralForCausalLM
+    elif name == "qwen3_moe":
+        config = transformers.Qwen3MoeConfig(**TEXT, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                                             decoder_sparse_step=1, mlp_only_layers=[])
+        cls = transformers.Qwen3MoeForCausalLM
+    else:
+        config = transformers.GptOssConfig(**TEXT, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
+                                           layer_types=["sliding_attention", "full_attention"])
+        cls = transformers.GptOssForCausalLM
+    torch.manual_seed(0)
+    return cls(config).eval(), config
+
+
+def _private_agent(ids=()):
+    """The real entry points, the pytree patches (the decode step takes a DynamicCache), and ``ids``."""
+    own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.family == "pytree" or s.id in ids])
+    own.enable("all")
+    return own
+
+
+def _decode_sets(model, config):
+    traced = zoo.decode_inputs(model, config, batch=2, past=5, seq=3)
+    other = zoo.decode_inputs(model, config, batch=3, past=7, seq=2, seed=1)
+    third = zoo.decode_inputs(model, config, batch=1, past=9, seq=4, seed=2)
+    return traced, other, third
+
+
+def _export(model, inputs, dynamic_shapes):
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=zoo.copy_inputs(inputs), dynamic_shapes=dynamic_shapes,
+                                   strict=False)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_export_fails_without_the_patch(agent, name):
+    model, config = _build(name)
+    traced, other, _ = _decode_sets(model, config)
+    own = _private_agent()
+    try:
+        with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
+            _export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
+    finally:
+        own.disable()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_exported_decode_step_matches_eager_at_other_sizes(agent, name):
+    model, config = _build(name)
+    traced, other, third = _decode_sets(model, config)
+    patch_id = MOE_IDS[name]
+    own = _private_agent([patch_id])
+    try:
+        program = _export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
+        assert autopatch.last_export_report()["patches"][patch_id] == config.num_hidden_layers
+        assert own.records[patch_id].state == state.APPLIED_LATE
+        for inputs in (other, third):  # sizes other than traced: batch, past and new tokens all differ
+            with torch.no_grad():
+                expected = model(**zoo.copy_inputs(inputs))
+                got = program.module()(**zoo.copy_inputs(inputs))
+            torch.testing.assert_close(got.logits, expected.logits, rtol=1e-5, atol=1e-5)
+            for layer_got, layer_expected in zip(got.past_key_values.layers, expected.past_key_values.layers):
+                torch.testing.assert_close(layer_got.keys, layer_expected.keys)
+    finally:
+        own.disable()
+
+
+def _moe_block(model, name):
+    layer = model.model.layers[0]
+    if name == "mixtral":
+        return layer.block_sparse_moe
+    return layer.mlp.experts if name == "gpt_oss" else layer.mlp
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name):
+    model, config = _build(name)
+    traced, _, _ = _decode_sets(model, config)
+    with torch.no_grad():
+        before = model(**zoo.copy_inputs(traced)).logits
+    block = _moe_block(model, name)
+    original = type(block).forward
+    own = _private_agent([MOE_IDS[name]])
+    try:
+        assert type(block).forward is not original  # the router is in place...
+        with torch.no_grad():
+            after = model(**zoo.copy_inputs(traced)).logits
+        assert torch.equal(after, before)  # ...and outside export it runs the original, bit for bit
+    finally:
+        own.disable()
+    assert type(block).forward is original
+    # The replacement itself, called directly, computes what the sparse loop computes (many tokens: every
+    # expert is hit, some tokens pick the same pair).
+    hidden = torch.randn(3, 11, config.hidden_size, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        if name == "gpt_oss":
+            scores, indices = model.model.layers[0].mlp.router(hidden)
+            expected = block(hidden, router_indices=indices, routing_weights=scores)
+            got = transformers_moe.gpt_oss_experts_forward(block, hidden, router_indices=indices,
+                                                           routing_weights=scores)
+        else:
+            expected = block(hidden)
+            replacement = {"mixtral": transformers_moe.mixtral_sparse_moe_forward,
+                           "qwen3_moe": transformers_moe.qwen3_moe_sparse_moe_forward}[name]
+            got = replacement(block, hidden)
+    if isinstance(expected, tuple):
+        torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)  # router logits: the same op
+        got, expected = got[0], expected[0]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("patch_id", SKIPPED_ON_5)
+def test_patch_is_skipped_on_transformers_5(agent, patch_id):
+    own = _private_agent([patch_id])
+    try:
+        record = own.records[patch_id]
+        assert record.state == state.SKIPPED
+        assert record.detail == f"needs transformers>=4.56,<5, found {transformers.__version__}"
+    finally:
+        own.disable()

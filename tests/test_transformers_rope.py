@@ -1,0 +1,221 @@
+"""transformers.rope.dynamic: dynamic RoPE exports with dynamic sizes that cross max_position_embeddings.
+
+Models use rope_type="dynamic" (factor 2) with max_position_embeddings=16; traced and compared sizes lie on
+both sides of 16. Eager dynamic RoPE keeps state (it grows inv_freq after a long call), so every eager
+reference runs on a fresh copy of the model, as the exported program (stateless) would.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.export._trace  # noqa: F401
+import transformers
+import transformers.cache_utils  # noqa: F401
+import transformers.modeling_rope_utils  # noqa: F401
+from packaging.version import Version
+
+import autopatch
+import zoo
+from autopatch import registry, state
+from autopatch.agent import Agent
+from autopatch.patches import transformers_rope
+from conftest import run_py
+
+PATCH = "transformers.rope.dynamic"
+TF5 = Version(transformers.__version__) >= Version("5")
+MODELS = ["llama", "qwen2"]
+
+
+def build(name):
+    config_name, model_name, extra = zoo.DECODERS[name]
+    if TF5:
+        rope = {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}
+    else:  # 4.57
+        rope = {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    config = getattr(transformers, config_name)(**{**zoo.COMMON, **extra, "max_position_embeddings": 16, **rope})
+    torch.manual_seed(0)
+    return getattr(transformers, model_name)(config).eval(), config
+
+
+def prefill(batch, seq, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"input_ids": torch.randint(0, 128, (batch, seq), generator=g)}
+
+
+def decode(model, config, batch, past, seq, seed):
+    return zoo.decode_inputs(copy.deepcopy(model), config, batch=batch, past=past, seq=seq, seed=seed)
+
+
+def eager(model, inputs):
+    with torch.no_grad():
+        return copy.deepcopy(model)(**copy.deepcopy(inputs)).logits
+
+
+def _agent(ids):
+    return Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id in ids or s.family == "pytree"])
+
+
+@pytest.fixture
+def with_patch(agent):
+    own = _agent({PATCH})
+    own.enable("all")
+    yield own
+    own.disable()
+
+
+@pytest.fixture
+def without_patch(agent):
+    own = _agent(set())
+    own.enable("all")
+    yield own
+    own.disable()
+
+
+def _export(model, traced, other, strict=False):
+    shapes = autopatch.guess_dynamic_shapes(traced, other)
+    with torch.no_grad():
+        return torch.export.export(copy.deepcopy(model), (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes,
+                                   strict=strict)
+
+
+def _check(program, model, runs):
+    for inputs in runs:
+        with torch.no_grad():
+            got = program.module()(**copy.deepcopy(inputs)).logits
+        torch.testing.assert_close(got, eager(model, inputs))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_prefill_fails_without_the_patch(without_patch, name):
+    model, _ = build(name)
+    with pytest.raises(Exception, match="data-dependent"):
+        _export(model, prefill(2, 20, 1), prefill(3, 8, 2))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_prefill_exports_and_matches_eager_across_the_original_length(with_patch, name):
+    model, _ = build(name)
+    program = _export(model, prefill(2, 20, 1), prefill(3, 8, 2))
+    _check(program, model, [prefill(3, 8, 3), prefill(1, 30, 4), prefill(2, 16, 5), prefill(2, 17, 6)])
+    record = with_patch.records[PATCH]
+    assert record.state in state.INSTALLED and record.hits > 0
+    assert autopatch.last_export_report()["patches"][PATCH] > 0
+
+
+def test_prefill_strict(with_patch):
+    model, _ = build("llama")
+    program = _export(model, prefill(2, 20, 1), prefill(3, 8, 2), strict=True)
+    _check(program, model, [prefill(3, 8, 3), prefill(1, 30, 4)])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_decode_fails_without_the_patch(without_patch, name):
+    model, config = build(name)
+    with pytest.raises(Exception, match="data-dependent"):
+        _export(model, decode(model, config, 2, 20, 3, 1), decode(model, config, 3, 5, 2, 2))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_decode_with_cache_exports_and_matches_eager(with_patch, name):
+    model, config = build(name)
+    program = _export(model, decode(model, config, 2, 20, 3, 1), decode(model, config, 3, 5, 2, 2))
+    # positions end at 7 (below 16), 17 (just above), 15/16 (at the edge) and 45 (far above)
+    runs = [decode(model, config, 3, 5, 2, 3), decode(model, config, 1, 12, 5, 4), decode(model, config, 2, 15, 1, 5),
+            decode(model, config, 2, 14, 2, 6), decode(model, config, 1, 40, 5, 7)]
+    _check(program, model, runs)
+
+
+def _rotary(model):
+    return model.model.rotary_emb
+
+
+def test_eager_is_unchanged_with_the_patch_active(agent):
+    """The same sequence of calls on one model (long, short, long), state included, with and without."""
+    sizes = [prefill(2, 20, 1), prefill(2, 8, 2), prefill(1, 30, 3), prefill(2, 17, 4)]
+
+    def run(model):
+        outs = []
+        with torch.no_grad():
+            for inputs in sizes:
+                outs.append(model(**inputs).logits)
+        rotary = _rotary(model)
+        return outs, rotary.inv_freq.clone(), rotary.max_seq_len_cached
+
+    reference, _ = build("llama")
+    expected = run(reference)
+    own = _agent({PATCH})
+    own.enable("all")
+    try:
+        patched, _ = build("llama")
+        got = run(patched)
+    finally:
+        own.disable()
+    for a, b in zip(got[0], expected[0]):
+        assert torch.equal(a, b)
+    assert torch.equal(got[1], expected[1]) and got[2] == expected[2]
+
+
+def _wrapper_counts():
+    import transformers.modeling_rope_utils as rope_utils
+
+    original = rope_utils.dynamic_rope_update
+    original = getattr(original, "__autopatch_original__", original)
+    original_code = original(lambda self, x, position_ids: None).__code__
+    return len(transformers_rope._places(original_code)), len(transformers_rope._places(transformers_rope._WRAPPER_CODE))
+
+
+def test_classes_decorated_before_activation_are_rewrapped_and_restored(agent):
+    build("llama"), build("qwen2")  # their modeling modules are imported: decorated with the original
+    import transformers.modeling_rope_utils as rope_utils
+
+    before = rope_utils.dynamic_rope_update
+    originals, ours = _wrapper_counts()
+    assert originals >= 2 and ours == 0
+    own = _agent({PATCH})
+    own.enable("all")
+    record = own.records[PATCH]
+    assert record.state == state.APPLIED_LATE and f"{originals} already-decorated" in record.detail
+    assert _wrapper_counts() == (0, originals)
+    assert rope_utils.dynamic_rope_update.__autopatch_original__ is before
+    own.disable()
+    assert record.state == state.DISABLED and record.detail == ""
+    assert rope_utils.dynamic_rope_update is before
+    assert _wrapper_counts() == (originals, 0)
+
+
+def test_modules_imported_after_activation_use_the_new_decorator_and_are_restored():
+    """A fresh interpreter: the agent is on before transformers' modeling modules are imported."""
+    code = f"""
+import sys, copy, torch
+sys.path.insert(0, "tests")
+import autopatch
+from autopatch import registry
+from autopatch.agent import Agent
+own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == {PATCH!r} or s.family == "pytree"])
+own.enable("all")
+import test_transformers_rope as t
+model, _ = t.build("llama")
+assert own.records[{PATCH!r}].state == "applied", own.records[{PATCH!r}]
+assert "0 already-decorated" in own.records[{PATCH!r}].detail
+program = t._export(model, t.prefill(2, 20, 1), t.prefill(3, 8, 2))
+t._check(program, model, [t.prefill(1, 30, 4), t.prefill(3, 8, 3)])
+counts = t._wrapper_counts()
+assert counts[0] == 0 and counts[1] >= 1, counts
+own.disable()
+assert own.records[{PATCH!r}].detail == ""
+assert t._wrapper_counts() == (counts[1], 0), t._wrapper_counts()
+print("OK")
+"""
+    result = run_py(code)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+def test_spec_fingerprints_match_the_installer():
+    spec = next(s for s in registry.PATCHES if s.id == PATCH)
+    assert spec.fingerprints == transformers_rope.FINGERPRINTS
+    import transformers.modeling_rope_utils as rope_utils
+    from autopatch import fingerprint
+
+    current = getattr(rope_utils.dynamic_rope_update, "__autopatch_original__", rope_utils.dynamic_rope_update)
+    assert fingerprint.of(current) in spec.fingerprints

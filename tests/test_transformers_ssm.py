@@ -1,0 +1,126 @@
+"""transformers.mamba.* / transformers.falcon_mamba.*: Mamba prefill (use_cache=False) exports with dynamic batch
+and sequence, and matches eager at other sizes; without the patch the sequence length is specialized."""
+
+import pytest
+import torch
+import torch.export._trace  # noqa: F401
+import transformers
+from packaging.version import Version
+
+import autopatch
+from autopatch import registry, state
+from autopatch.agent import Agent
+
+TF5 = Version(transformers.__version__) >= Version("5")
+DYN = torch.export.Dim.DYNAMIC
+
+# (model, patch id): 5.x patches the module function mamba_selective_scan (falcon_mamba has its own copy);
+# 4.57 patches MambaMixer.slow_forward.
+if TF5:
+    CASES = [("mamba", "transformers.mamba.selective_scan"), ("falcon_mamba", "transformers.falcon_mamba.selective_scan")]
+else:
+    CASES = [("mamba", "transformers.mamba.slow_forward")]
+IDS = [c[1] for c in CASES]
+
+
+
+def build(name):
+    prefix = {"mamba": "Mamba", "falcon_mamba": "FalconMamba"}[name]
+    config = getattr(transformers, f"{prefix}Config")(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2)
+    torch.manual_seed(0)
+    return Prefill(getattr(transformers, f"{prefix}ForCausalLM")(config).eval())
+
+
+class Prefill(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def ids(batch, seq, seed):
+    return torch.randint(0, 64, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def _export(model, strict=False):
+    with torch.no_grad():
+        return torch.export.export(model, (ids(2, 8, 1),), dynamic_shapes=({0: DYN, 1: DYN},), strict=strict)
+
+
+@pytest.fixture
+def patched(agent):
+    own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id in IDS])
+    own.enable("all")
+    yield own
+    own.disable()
+
+
+@pytest.fixture
+def unpatched(agent):
+    own = Agent(registry.EXPORT_ENTRY_POINTS, [])
+    own.enable("all")
+    yield own
+    own.disable()
+
+
+@pytest.mark.parametrize("name,patch", CASES)
+def test_prefill_fails_without_the_patch(unpatched, name, patch):
+    with pytest.raises(Exception, match="specialized it to be a constant"):
+        _export(build(name))
+
+
+@pytest.mark.parametrize("name,patch", CASES)
+def test_prefill_exports_and_matches_eager_at_other_sizes(patched, name, patch):
+    model = build(name)
+    program = _export(model)
+    assert any("scan" in str(node.target) for node in program.graph.nodes)
+    with torch.no_grad():
+        for batch, seq in [(3, 5), (1, 13), (4, 2), (2, 1)]:
+            x = ids(batch, seq, batch * 100 + seq)
+            torch.testing.assert_close(program.module()(x), model(x))
+    record = patched.records[patch]
+    assert record.state in state.INSTALLED and record.hits > 0
+    assert autopatch.last_export_report()["patches"][patch] == 2  # one per layer
+
+
+def test_prefill_strict(patched):
+    name, patch = CASES[0]
+    model = build(name)
+    program = _export(model, strict=True)
+    with torch.no_grad():
+        x = ids(3, 5, 7)
+        torch.testing.assert_close(program.module()(x), model(x))
+
+
+@pytest.mark.parametrize("name,patch", CASES)
+def test_eager_is_unchanged_with_the_patch_active(agent, name, patch):
+    model = build(name)
+    inputs = [ids(2, 8, 1), ids(3, 5, 2)]
+    with torch.no_grad():
+        expected = [model(x) for x in inputs]
+        own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == patch])
+        own.enable("all")
+        try:
+            assert own.records[patch].state in state.INSTALLED
+            got = [model(x) for x in inputs]
+            with_cache = model.model(input_ids=inputs[0], use_cache=True).logits
+        finally:
+            own.disable()
+        reference_with_cache = model.model(input_ids=inputs[0], use_cache=True).logits
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+    assert torch.equal(with_cache, reference_with_cache)
+    assert own.records[patch].hits == 0
+
+
+def test_fingerprints_match_the_installed_version(agent):
+    for name, patch in CASES:
+        build(name)  # imports the modeling module
+        own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == patch])
+        own.enable("all")
+        try:
+            assert own.records[patch].state == state.APPLIED_LATE, own.records[patch].detail
+        finally:
+            own.disable()

@@ -1,0 +1,139 @@
+"""transformers.vision.llava_*: a Llava prefill with pixel_values and a dynamic image batch.
+
+5.x: get_image_features' list(image_features) specialises the image batch. 4.x: the same, and
+get_placeholder_mask's Python comparison of a data-dependent size stops the export first. Fails without the
+patches, exports with them and matches eager on other sizes, and eager is unchanged."""
+
+import pytest
+import torch
+import transformers
+from packaging.version import Version
+
+import autopatch
+from autopatch import registry, state
+from autopatch.agent import Agent
+from conftest import requires
+
+TF4 = Version(transformers.__version__) < Version("5")
+FEATURES = "transformers.vision.llava_image_features"
+MASK = "transformers.vision.llava_placeholder_mask"
+IMAGE_TOKEN = 127
+PATCHES_PER_IMAGE = 4  # image 16, patch 8, CLS dropped
+
+# What the export needs: 5.23 only the image-features patch; 4.57.6 both (each alone still fails).
+NEEDED = (FEATURES, MASK) if TF4 else (FEATURES,)
+if TF4:  # transformers 4.57.6
+    WITHOUT = [((), "Could not guard on data-dependent expression"),
+               ((FEATURES,), "Could not guard on data-dependent expression"),
+               ((MASK,), "specialized it to be a constant")]
+else:  # transformers 5.23.0
+    WITHOUT = [((), "specialized it to be a constant")]
+# transformers 5.x checks the placeholder count with torch_compilable_check already: the 4.x patch is skipped.
+SKIPPED_ON_5 = [pytest.param(MASK, marks=requires("transformers>=5"))]
+
+
+def _build():
+    vision = transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, image_size=16, patch_size=8, projection_dim=32)
+    text = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, vocab_size=128, max_position_embeddings=256)
+    config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN,
+                                      image_seq_length=PATCHES_PER_IMAGE)
+    torch.manual_seed(0)
+    return transformers.LlavaForConditionalGeneration(config).eval()
+
+
+def _prefill(batch, text_len, seed=0):
+    """One image per sample: a first text token, the image's placeholder tokens, then the rest of the text."""
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(0, IMAGE_TOKEN - 7, (batch, text_len), generator=g)
+    ids = torch.cat([text[:, :1], torch.full((batch, PATCHES_PER_IMAGE), IMAGE_TOKEN), text[:, 1:]], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
+
+
+TRACED, OTHER, THIRD = _prefill(2, 5), _prefill(3, 7, seed=1), _prefill(4, 3, seed=2)
+
+
+def _private_agent(ids):
+    """The real entry points, the pytree patches (the prefill returns a DynamicCache), and ``ids``."""
+    own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.family == "pytree" or s.id in ids])
+    own.enable("all")
+    return own
+
+
+def _export(model):
+    shapes = autopatch.guess_dynamic_shapes(TRACED, OTHER)
+    assert shapes["pixel_values"] == {0: torch.export.Dim.DYNAMIC}  # the image batch, and only it
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=TRACED, dynamic_shapes=shapes, strict=False)
+
+
+@pytest.mark.parametrize("ids, error", WITHOUT, ids=lambda v: "+".join(v) or "none" if isinstance(v, tuple) else "")
+def test_export_fails_without_the_patches(agent, ids, error):
+    model = _build()
+    own = _private_agent(ids)
+    try:
+        with pytest.raises(Exception, match=error):
+            _export(model)
+    finally:
+        own.disable()
+
+
+def test_exported_prefill_matches_eager_on_other_image_batches(agent):
+    model = _build()
+    own = _private_agent(NEEDED)
+    try:
+        program = _export(model)
+        used = autopatch.last_export_report()["patches"]
+        assert all(used.get(patch_id) == 1 for patch_id in NEEDED)
+        for inputs in (OTHER, THIRD):  # 3 and 4 images, other text lengths
+            with torch.no_grad():
+                expected = model(**inputs).logits
+                got = program.module()(**inputs).logits
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        # The runtime check that replaced the Python comparison still rejects mismatched placeholders.
+        bad = dict(OTHER, input_ids=OTHER["input_ids"].clone())
+        bad["input_ids"][:, 1] = 0  # one placeholder less per sample than image features
+        with pytest.raises(Exception):
+            program.module()(**bad)
+    finally:
+        own.disable()
+
+
+def test_eager_is_unchanged_and_the_features_concatenate_the_same(agent):
+    model = _build()
+    llava = model.model
+    with torch.no_grad():
+        before = model(**OTHER).logits
+        reference = llava.get_image_features(OTHER["pixel_values"])
+    own = _private_agent(NEEDED)
+    try:
+        with torch.no_grad():
+            assert torch.equal(model(**OTHER).logits, before)  # outside export: the originals
+    finally:
+        own.disable()
+    from autopatch.patches import transformers_vision
+
+    with torch.no_grad():
+        replaced = transformers_vision.llava_image_features(llava, OTHER["pixel_values"])
+    if not TF4:
+        reference, replaced = reference.pooler_output, replaced.pooler_output
+    assert len(reference) == 3 and len(replaced) == 1
+    assert torch.equal(torch.cat(replaced, dim=0), torch.cat(reference, dim=0))
+    if TF4:
+        embeds = llava.get_input_embeddings()(OTHER["input_ids"])
+        features = torch.cat(reference, dim=0)
+        mask = transformers_vision.llava_placeholder_mask(llava, OTHER["input_ids"], embeds, features)
+        assert torch.equal(mask, llava.get_placeholder_mask(OTHER["input_ids"], embeds, features))
+
+
+@pytest.mark.parametrize("patch_id", SKIPPED_ON_5)
+def test_placeholder_patch_is_skipped_on_transformers_5(agent, patch_id):
+    own = _private_agent([patch_id])
+    try:
+        record = own.records[patch_id]
+        assert record.state == state.SKIPPED
+        assert record.detail == f"needs transformers>=4.56,<5, found {transformers.__version__}"
+    finally:
+        own.disable()
