@@ -1,0 +1,368 @@
+"""One export case in one column, in its own process.  Started by coverage.py; not meant to be run by hand.
+
+    python benchmarks/_child.py CASE COLUMN OUT.json
+    python benchmarks/_child.py --sweep MODEL_TYPE MAPPING OUT.json
+    python benchmarks/_child.py --server COLUMN TIMEOUT      # reads JSON argv lists on stdin, one per line
+
+The server imports torch and transformers once, runs one warm-up export of a two-layer MLP (so the lazy imports
+of torch.export are paid once), then forks one child per case: every case still runs in its own process, on a
+fresh copy of an interpreter that has exported nothing from transformers.  Its environment is the one the
+parent gave (EXPORT_PATCHES=1 for the autopatch column: activation is at interpreter start, zero-code).
+
+The export code is plain torch.export: the column decides only what is around it.
+  none            nothing (EXPORT_PATCHES unset in the environment)
+  autopatch       nothing in code: EXPORT_PATCHES=1 is set in the environment by the parent (zero-code)
+  transformers    transformers.integrations.executorch.register_dynamic_cache_export_support() before export
+  onnx_diagnostic with onnx_diagnostic.torch_export_patches(patch_transformers=True): export and run
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}"[:300]
+
+
+def guess_dynamic_shapes(a, b):
+    """autopatch.guess_dynamic_shapes, from the checkout when the interpreter has no autopatch installed (the
+    onnx-diagnostic venv): importing the package with EXPORT_PATCHES unset activates nothing."""
+    try:
+        from autopatch.dynamic_shapes import guess_dynamic_shapes as guess
+    except ImportError:
+        sys.path.append(os.path.dirname(HERE))
+        from autopatch.dynamic_shapes import guess_dynamic_shapes as guess
+    return guess(a, b)
+
+
+def fit_to_signature(model, shapes):
+    """torch.export wants dynamic_shapes keyed like forward's parameters: keyword inputs that forward takes
+    through ``**kwargs`` go under that parameter's name."""
+    import inspect
+
+    if not isinstance(shapes, dict):
+        return shapes
+    params = inspect.signature(model.forward).parameters
+    var_kw = next((p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    if var_kw is None or all(k in params for k in shapes):
+        return shapes
+    named = {k: v for k, v in shapes.items() if k in params}
+    named[var_kw] = {k: v for k, v in shapes.items() if k not in params}
+    return named
+
+
+def tensors_of(obj, depth=0):
+    """Every tensor of a model output, in a stable order: ModelOutput fields, caches (layers or key/value
+    lists, mamba states, encoder-decoder halves), tuples and lists."""
+    import torch
+
+    if depth > 6 or obj is None:
+        return []
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in tensors_of(item, depth + 1)]
+    if isinstance(obj, dict):  # ModelOutput is a dict of its non-None fields
+        return [t for key in obj for t in tensors_of(obj[key], depth + 1)]
+    for pair in (("self_attention_cache", "cross_attention_cache"),):
+        if all(hasattr(obj, name) for name in pair):
+            return [t for name in pair for t in tensors_of(getattr(obj, name), depth + 1)]
+    if hasattr(obj, "layers") and isinstance(getattr(obj, "layers"), (list, tuple)):
+        out = []
+        for layer in obj.layers:
+            for name in ("keys", "values", "conv_states", "recurrent_states", "ssm_states"):
+                value = getattr(layer, name, None)
+                if isinstance(value, torch.Tensor):
+                    out.append(value)
+        return out
+    out = []
+    for name in ("key_cache", "value_cache", "conv_states", "ssm_states"):
+        value = getattr(obj, name, None)
+        if value is not None:
+            out += tensors_of(value, depth + 1)
+    return out
+
+
+def compare(got, expected) -> tuple[bool, str]:
+    import torch
+
+    g, e = tensors_of(got), tensors_of(expected)
+    if not e:
+        return False, f"no tensor found in the eager output ({type(expected).__name__})"
+    if len(g) < len(e):
+        return False, f"the program returned {len(g)} tensors, eager {len(e)}"
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(g, e)):
+        if a.shape != b.shape:
+            return False, f"output {i}: shape {tuple(a.shape)} vs eager {tuple(b.shape)}"
+        if b.numel() == 0:
+            continue
+        if b.is_floating_point():
+            diff = (a.float() - b.float()).abs().max().item()
+            worst = max(worst, diff)
+            if not torch.allclose(a.float(), b.float(), atol=1e-4, rtol=1e-4, equal_nan=True):
+                return False, f"output {i}: max abs diff {diff:.3g}"
+        elif not torch.equal(a, b):
+            return False, f"output {i}: integer values differ"
+    return True, f"max abs diff {worst:.3g} over {len(e)} tensors"
+
+
+def column_context(column: str, result: dict):
+    if column == "transformers":
+        from transformers.integrations import executorch
+
+        helper = getattr(executorch, "register_dynamic_cache_export_support", None)
+        if helper is None:
+            raise LookupError("n/a")
+        helper()
+        result["helpers"] = ["transformers.integrations.executorch.register_dynamic_cache_export_support"]
+        return contextlib.nullcontext()
+    if column == "onnx_diagnostic":
+        from onnx_diagnostic.torch_export_patches import torch_export_patches
+
+        return torch_export_patches(patch_transformers=True)
+    return contextlib.nullcontext()
+
+
+def run_case(case_name: str, column: str) -> dict:
+    result = {"case": case_name, "column": column, "status": None, "error": None, "detail": None}
+    started = time.perf_counter()
+    try:
+        import torch
+        import transformers
+
+        result["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+        import catalogue
+
+        case = catalogue.CASES[case_name]
+        missing = case.missing()
+        if missing:
+            result.update(status="unavailable", error="missing in this transformers: " + ", ".join(missing))
+            return result
+        try:
+            context = column_context(column, result)
+        except LookupError:
+            result.update(status="n/a", error="no exporter helper in this transformers")
+            return result
+        except Exception as exc:
+            result.update(status="unavailable", error="cannot import or set up: " + first_line(exc))
+            return result
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
+                model, a, b, c = case.builder()
+        except Exception as exc:
+            result.update(status="build_error", error=first_line(exc))
+            return result
+        with torch.no_grad():  # the reference: plain eager, outside any column's context
+            try:
+                expected = model(**copy.deepcopy(c))
+            except Exception as exc:
+                result.update(status="build_error", error="eager on C: " + first_line(exc))
+                return result
+        with context, torch.no_grad():
+            try:
+                shapes = case.dynamic_shapes(a) if case.dynamic_shapes else guess_dynamic_shapes(a, b)
+                shapes = fit_to_signature(model, shapes)
+                t0 = time.perf_counter()
+                program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes)
+                result["export_seconds"] = round(time.perf_counter() - t0, 3)
+            except Exception as exc:
+                result.update(status="export_error", error=first_line(exc))
+                return result
+            try:
+                got = program.module()(**copy.deepcopy(c))
+            except Exception as exc:
+                result.update(status="run_error", error=first_line(exc))
+                return result
+            same, detail = compare(got, expected)
+            result.update(status="ok" if same else "wrong_result", detail=detail)
+            if not same:
+                result["error"] = detail
+    except Exception as exc:  # the harness itself: reported, never hidden
+        result.update(status="harness_error", error=first_line(exc), traceback=traceback.format_exc()[-2000:])
+    finally:
+        result["seconds"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def run_sweep(model_type: str, mapping: str) -> dict:
+    """Builds MODEL_TYPE from its default config shrunk to tiny sizes, then exports a prefill (use_cache=False)
+    and, for causal LMs, a decode step with the model's own cache (sizes as in the catalogue)."""
+    result = {"model_type": model_type, "mapping": mapping, "build": None, "status": {}, "error": {}}
+    started = time.perf_counter()
+    try:
+        import torch
+        import transformers
+
+        import catalogue
+
+        torch.set_num_threads(1)
+        names = getattr(transformers.models.auto.modeling_auto, mapping)
+        class_name = names[model_type]
+        if isinstance(class_name, (list, tuple)):
+            class_name = class_name[0]
+        try:
+            config = catalogue.shrink_config(transformers.AutoConfig.for_model(model_type))
+            model_cls = getattr(transformers, class_name)
+            torch.manual_seed(0)
+            model = model_cls(config).eval()
+            n_params = sum(p.numel() for p in model.parameters())
+            result["params"] = n_params
+            if n_params > 30_000_000:
+                raise RuntimeError(f"not tiny after shrinking: {n_params / 1e6:.0f}M parameters")
+            seq2seq = mapping.startswith("MODEL_FOR_SEQ_TO_SEQ")
+            with torch.no_grad():
+                if seq2seq:
+                    sets = {"forward": [catalogue._seq2seq_forward(model, config, *s, seed=i + 1)
+                                        for i, s in enumerate(catalogue.SEQ2SEQ_FORWARD)],
+                            "decode": [catalogue._seq2seq_decode(model, config, *s, seed=i + 1)
+                                       for i, s in enumerate(catalogue.SEQ2SEQ_DECODE)]}
+                else:
+                    sets = {"prefill": [catalogue._prefill_inputs(model, config, *s, seed=i + 1)
+                                        for i, s in enumerate(catalogue.PREFILL)]}
+                    try:
+                        sets["decode"] = [catalogue._decode_inputs(model, config, *s, seed=i + 1)
+                                          for i, s in enumerate(catalogue.DECODE)]
+                    except Exception as exc:
+                        result["status"]["decode"] = "build_error"
+                        result["error"]["decode"] = first_line(exc)
+                for inputs in sets.values():  # eager must run the first set
+                    model(**copy.deepcopy(inputs[0]))
+            result["build"] = "ok"
+        except Exception as exc:
+            result.update(build="build_error", build_error=first_line(exc))
+            return result
+        for kind, (a, b, c) in sets.items():
+            with torch.no_grad():
+                try:
+                    shapes = fit_to_signature(model, guess_dynamic_shapes(a, b))
+                    program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes)
+                except Exception as exc:
+                    result["status"][kind], result["error"][kind] = "export_error", first_line(exc)
+                    continue
+                try:
+                    got = program.module()(**copy.deepcopy(c))
+                except Exception as exc:
+                    result["status"][kind], result["error"][kind] = "run_error", first_line(exc)
+                    continue
+                same, detail = compare(got, model(**copy.deepcopy(c)))
+                result["status"][kind] = "ok" if same else "wrong_result"
+                if not same:
+                    result["error"][kind] = detail
+    except Exception as exc:
+        result.update(build="harness_error", build_error=first_line(exc))
+    finally:
+        result["seconds"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def _patches_used(path: str) -> dict:
+    try:
+        with open(path) as f:
+            exports = json.load(f).get("exports", [])
+    except (OSError, ValueError):
+        return {}
+    hits: dict = {}
+    for run in exports:
+        for patch, count in (run.get("patches") or {}).items():
+            if not patch.startswith("agent.scope."):
+                hits[patch] = hits.get(patch, 0) + count
+    return dict(sorted(hits.items()))
+
+
+def _one(argv) -> None:
+    if argv[0] == "--sweep":
+        result = run_sweep(argv[1], argv[2])
+        out = argv[3]
+    else:
+        result = run_case(argv[0], argv[1])
+        out = argv[2]
+    report = os.environ.get("EXPORT_PATCHES_REPORT")
+    if report:
+        result["patches"] = _patches_used(report)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+def _warm_up(column: str) -> None:
+    import torch
+    import transformers  # noqa: F401  (the lazy top level only)
+
+    import catalogue  # noqa: F401
+
+    torch.set_num_threads(1)
+    if column == "onnx_diagnostic":
+        try:
+            import onnx_diagnostic.torch_export_patches  # noqa: F401
+        except Exception:
+            pass
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    report = os.environ.pop("EXPORT_PATCHES_REPORT", None)  # the warm-up is not part of any case's report
+    torch.export.export(model, (torch.randn(3, 4),), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    if report:
+        os.environ["EXPORT_PATCHES_REPORT"] = report
+
+
+def serve(column: str, timeout: float) -> None:
+    """One JSON argv list per stdin line -> fork, run it, answer one line {"status": "done"|"timeout"|"crash"}."""
+    import signal
+
+    _warm_up(column)
+    report_base = os.environ.get("EXPORT_PATCHES_REPORT")
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        argv = json.loads(line)
+        report = f"{argv[-1]}.report.json" if report_base else None
+        pid = os.fork()
+        if pid == 0:  # the case's own process
+            code = 0
+            try:
+                if report:
+                    os.environ["EXPORT_PATCHES_REPORT"] = report
+                _one(argv)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        deadline = time.monotonic() + timeout
+        status = None
+        while status is None:
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = "done" if os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0 else f"crash (wait status {code})"
+            elif time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                status = "timeout"
+            else:
+                time.sleep(0.05)
+        if report and os.path.exists(report):
+            os.unlink(report)
+        print(json.dumps({"status": status}), flush=True)
+
+
+def main(argv) -> None:
+    if argv[0] == "--server":
+        serve(argv[1], float(argv[2]))
+    else:
+        _one(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,617 @@
+"""Export cases for the coverage matrix, built offline from tiny configs (random weights, nothing downloaded).
+
+Every case has a builder returning ``(model, inputs_a, inputs_b, inputs_c)``:
+
+* ``inputs_a`` is traced,
+* ``inputs_b`` differs from ``a`` in every size that should be dynamic; it is used only to derive
+  ``dynamic_shapes`` (every dimension that differs between a and b is ``Dim.DYNAMIC``, caches as the active
+  pytree registration flattens them) unless the case gives explicit ``dynamic_shapes``,
+* ``inputs_c`` differs again; the exported program and the eager model are compared on it.
+
+Inputs are keyword dicts.  Cases whose config class is missing in the installed transformers are
+"unavailable" on that version (nothing else is skipped).  This module imports torch and transformers lazily:
+``CASES`` can be listed without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Callable
+
+# Shared tiny sizes (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 128).
+TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+# Sizes: prefill (batch, seq); decode (batch, past, seq).  b differs from a in every size, c differs again.
+PREFILL = [(2, 5), (3, 7), (4, 9)]
+DECODE = [(2, 6, 3), (3, 8, 2), (1, 9, 1)]
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    family: str  # decoder | decoder-rope | moe | ssm | seq2seq | encoder | vlm | torch
+    kind: str  # prefill | decode | forward
+    builder: Callable
+    needs: tuple = ()  # transformers attribute names that must exist ("unavailable" otherwise)
+    dynamic_shapes: Callable | None = None  # (inputs_a) -> dynamic_shapes; None: guessed from a and b
+    note: str = ""
+
+    def missing(self):
+        """Names in ``needs`` that the installed transformers does not have."""
+        if not self.needs:
+            return []
+        import transformers
+
+        return [n for n in self.needs if not hasattr(transformers, n)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _tf():
+    import transformers
+
+    return transformers
+
+
+def transformers_major() -> int:
+    return int(_tf().__version__.split(".")[0])
+
+
+def rope(rope_type: str, **params) -> dict:
+    """Config keywords for a RoPE variant: ``rope_parameters`` on transformers 5, ``rope_scaling`` on 4."""
+    if transformers_major() >= 5:
+        return {"rope_parameters": {"rope_type": rope_type, "rope_theta": 10000.0, **params}}
+    if rope_type == "longrope":  # phi3 on 4.x wants exactly type, short_factor and long_factor
+        return {"rope_scaling": {"type": rope_type, **params}}
+    return {"rope_scaling": {"rope_type": rope_type, "type": rope_type, **params}}
+
+
+def make_model(config_name: str, model_name: str, **kwargs):
+    import torch
+
+    tf = _tf()
+    config = getattr(tf, config_name)(**kwargs)
+    torch.manual_seed(0)
+    return getattr(tf, model_name)(config).eval(), config
+
+
+def _accepts(model, name: str) -> bool:
+    params = inspect.signature(model.forward).parameters
+    return name in params
+
+
+def _ids(g, vocab, *shape, low=3):
+    import torch
+
+    return torch.randint(low, vocab, shape, generator=g)
+
+
+def _gen(seed):
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+def _vocab(config):
+    return getattr(config, "vocab_size", 128)
+
+
+def _prefill_inputs(model, config, batch, seq, seed):
+    import torch
+
+    g = _gen(seed)
+    inputs = {"input_ids": _ids(g, _vocab(config), batch, seq)}
+    if _accepts(model, "attention_mask") and not getattr(config, "model_type", "").startswith("mamba"):
+        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
+    inputs["use_cache"] = False
+    return inputs
+
+
+def _find_cache(output):
+    for name in ("past_key_values", "cache_params"):
+        cache = getattr(output, name, None)
+        if cache is not None:
+            return name, cache
+    raise RuntimeError(f"the prefill returned no cache ({type(output).__name__})")
+
+
+def _hybrid_cache_class(model):
+    import sys
+
+    module = sys.modules[type(model).__module__]
+    for name in dir(module):
+        if name.endswith("HybridMambaAttentionDynamicCache"):
+            return getattr(module, name)
+    return None
+
+
+def _decode_inputs(model, config, batch, past, seq, seed, cache_position=False):
+    """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects."""
+    import torch
+
+    g = _gen(seed)
+    vocab = _vocab(config)
+    prefill = {"input_ids": _ids(g, vocab, batch, past), "use_cache": True}
+    if cache_position:
+        prefill["cache_position"] = torch.arange(past)
+    hybrid = not cache_position and _hybrid_cache_class(model) is not None
+    if hybrid:
+        # transformers 4.x hybrid mamba models return no cache unless they are given an empty one
+        prefill["past_key_values"] = _hybrid_cache_class(model)(config, batch, torch.float32)
+        prefill["cache_position"] = torch.arange(past)
+    with torch.no_grad():
+        name, cache = _find_cache(model(**prefill))
+    inputs = {"input_ids": _ids(g, vocab, batch, seq), name: cache}
+    if _accepts(model, "attention_mask") and not cache_position:
+        inputs["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.long)
+    if cache_position or hybrid:
+        inputs["cache_position"] = torch.arange(past, past + seq)
+        inputs["use_cache"] = True
+    return inputs
+
+
+def decoder_case(name, config_name, model_name, kind, family="decoder", note="", cache_position=False, sizes=None,
+                 **config):
+    kwargs = {**TINY, **config}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+
+    def build():
+        model, cfg = make_model(config_name, model_name, **kwargs)
+        if kind == "prefill":
+            sets = [_prefill_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(sizes or PREFILL)]
+        else:
+            sets = [_decode_inputs(model, cfg, *s, seed=i + 1, cache_position=cache_position)
+                    for i, s in enumerate(sizes or DECODE)]
+        return (model, *sets)
+
+    return Case(f"{name}/{kind}", family, kind, build, needs=(config_name, model_name), note=note)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# decoder-only language models: prefill (use_cache=False) and decode with the model's own cache
+# ---------------------------------------------------------------------------------------------------------------
+
+SLIDING = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])
+
+DECODERS = [
+    # name, config, model, family, extra config
+    ("llama", "LlamaConfig", "LlamaForCausalLM", "decoder", {}),
+    ("mistral", "MistralConfig", "MistralForCausalLM", "decoder", {}),
+    ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "decoder", {}),
+    ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "decoder", dict(head_dim=16)),
+    ("gemma", "GemmaConfig", "GemmaForCausalLM", "decoder", dict(head_dim=16)),
+    ("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "decoder", dict(head_dim=16, sliding_window=4)),
+    ("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "decoder", dict(head_dim=16, **SLIDING)),
+    ("phi3", "Phi3Config", "Phi3ForCausalLM", "decoder", dict(pad_token_id=0)),
+    ("phi", "PhiConfig", "PhiForCausalLM", "decoder", {}),
+    ("gpt2", "GPT2Config", "GPT2LMHeadModel", "decoder",
+     dict(n_embd=64, n_layer=2, n_head=4, n_positions=256, hidden_size=None, intermediate_size=None,
+          num_hidden_layers=None, num_attention_heads=None, num_key_value_heads=None, max_position_embeddings=None)),
+    ("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", "decoder", dict(num_key_value_heads=None)),
+    ("falcon", "FalconConfig", "FalconForCausalLM", "decoder", dict(num_key_value_heads=None, new_decoder_architecture=True, num_kv_heads=2)),
+    ("olmo2", "Olmo2Config", "Olmo2ForCausalLM", "decoder", {}),
+    ("stablelm", "StableLmConfig", "StableLmForCausalLM", "decoder", {}),
+    ("granite", "GraniteConfig", "GraniteForCausalLM", "decoder", {}),
+    ("cohere", "CohereConfig", "CohereForCausalLM", "decoder", {}),
+    ("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM", "decoder", {}),
+    ("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM", "decoder", {}),
+    ("mixtral", "MixtralConfig", "MixtralForCausalLM", "moe", dict(num_local_experts=4, num_experts_per_tok=2)),
+    ("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", "moe",
+     dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+    ("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "moe",
+     dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
+    ("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "moe",
+     dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **SLIDING)),
+    # MLA (keys and values of different head dims); dense layers and MoE layers.
+    ("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", "moe",
+     dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+          v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+          moe_intermediate_size=32, n_group=1, topk_group=1)),
+]
+
+RECURRENT = [
+    ("mamba", "MambaConfig", "MambaForCausalLM",
+     dict(state_size=8, expand=2, conv_kernel=4, time_step_rank=8, intermediate_size=None, num_attention_heads=None,
+          num_key_value_heads=None, max_position_embeddings=None)),
+    ("jamba", "JambaConfig", "JambaForCausalLM",
+     dict(num_experts=2, num_experts_per_tok=1, expert_layer_period=2, expert_layer_offset=1, attn_layer_period=2,
+          attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8,
+          use_mamba_kernels=False)),
+    ("bamba", "BambaConfig", "BambaForCausalLM",
+     dict(attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8,
+          mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)),
+    ("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM",
+     dict(mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+          mamba_chunk_size=8, mamba_d_ssm=128, head_dim=16)),
+]
+
+
+# Architectures also exported as a prefill (use_cache=False); every decoder has a decode case.  (A prefill for
+# all of them would double the run time on 2 cores for little news: the prefill path is the decode path
+# without the cache input.)
+WITH_PREFILL = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt2", "mixtral",
+                "qwen3_moe", "gpt_oss", "deepseek_v3", "mamba"}
+
+
+def _decoder_cases():
+    cases = []
+    for name, config_name, model_name, family, extra in DECODERS:
+        for kind in ("prefill", "decode") if name in WITH_PREFILL else ("decode",):
+            cases.append(decoder_case(name, config_name, model_name, kind, family=family, **extra))
+    for name, config_name, model_name, extra in RECURRENT:
+        if name in WITH_PREFILL:
+            cases.append(decoder_case(name, config_name, model_name, "prefill", family="ssm", **extra))
+        # Recurrent decode: one token at a time, the cache position says where.
+        cases.append(decoder_case(name, config_name, model_name, "decode", family="ssm",
+                                  cache_position=(name == "mamba"),
+                                  sizes=[(2, 6, 1), (3, 8, 1), (4, 9, 1)], **extra))
+    # RoPE variants on llama (and longrope on phi3, whose config carries the factors).
+    half = 16 // 2  # head_dim 16 -> 8 inverse frequencies
+    variants = [
+        ("llama_rope_dynamic", "LlamaConfig", "LlamaForCausalLM", rope("dynamic", factor=2.0)),
+        ("llama_rope_yarn", "LlamaConfig", "LlamaForCausalLM",
+         rope("yarn", factor=4.0, original_max_position_embeddings=64)),
+        ("llama3_rope", "LlamaConfig", "LlamaForCausalLM",
+         rope("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)),
+        ("phi3_rope_longrope", "Phi3Config", "Phi3ForCausalLM",
+         dict(pad_token_id=0, original_max_position_embeddings=8,
+              **rope("longrope", short_factor=[1.0] * half, long_factor=[2.0] * half))),
+    ]
+    for name, config_name, model_name, extra in variants:
+        for kind in ("decode",):
+            cases.append(decoder_case(name, config_name, model_name, kind, family="decoder-rope", **extra))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# encoder-decoder
+# ---------------------------------------------------------------------------------------------------------------
+
+BART_LIKE = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                 decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
+                 pad_token_id=1, decoder_start_token_id=2, eos_token_id=2)
+
+SEQ2SEQ = [
+    ("bart", "BartConfig", "BartForConditionalGeneration", BART_LIKE),
+    ("marian", "MarianConfig", "MarianMTModel", {**BART_LIKE, "decoder_vocab_size": 128, "pad_token_id": 1}),
+    ("t5", "T5Config", "T5ForConditionalGeneration",
+     dict(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+          decoder_start_token_id=0)),
+]
+
+# (batch, source, past, seq)
+SEQ2SEQ_DECODE = [(2, 5, 3, 2), (3, 7, 4, 3), (1, 9, 6, 1)]
+SEQ2SEQ_FORWARD = [(2, 5, 4), (3, 7, 6), (4, 9, 3)]
+
+
+def _seq2seq_forward(model, config, batch, source, target, seed):
+    import torch
+
+    g = _gen(seed)
+    return {"input_ids": _ids(g, config.vocab_size, batch, source),
+            "attention_mask": torch.ones(batch, source, dtype=torch.long),
+            "decoder_input_ids": _ids(g, config.vocab_size, batch, target), "use_cache": False}
+
+
+def _seq2seq_decode(model, config, batch, source, past, seq, seed):
+    import torch
+
+    g = _gen(seed)
+    source_ids = _ids(g, config.vocab_size, batch, source)
+    with torch.no_grad():
+        prefix = _ids(g, config.vocab_size, batch, past)
+        cache = model(input_ids=source_ids, decoder_input_ids=prefix, use_cache=True).past_key_values
+    return {"input_ids": source_ids, "decoder_input_ids": _ids(g, config.vocab_size, batch, seq),
+            "past_key_values": cache}
+
+
+def _whisper_inputs(model, config, batch, past, seq, seed, decode):
+    import torch
+
+    g = _gen(seed)
+    frames = 2 * config.max_source_positions  # whisper's encoder takes exactly this many frames
+    features = torch.randn(batch, config.num_mel_bins, frames, generator=g)
+    if not decode:
+        return {"input_features": features, "decoder_input_ids": _ids(g, config.vocab_size, batch, seq),
+                "use_cache": False}
+    with torch.no_grad():
+        prefix = _ids(g, config.vocab_size, batch, past)
+        cache = model(input_features=features, decoder_input_ids=prefix, use_cache=True).past_key_values
+    return {"input_features": features, "decoder_input_ids": _ids(g, config.vocab_size, batch, seq),
+            "past_key_values": cache}
+
+
+def _seq2seq_cases():
+    cases = []
+    for name, config_name, model_name, config in SEQ2SEQ:
+        def forward(config_name=config_name, model_name=model_name, config=config):
+            model, cfg = make_model(config_name, model_name, **config)
+            return (model, *[_seq2seq_forward(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_FORWARD)])
+
+        def decode(config_name=config_name, model_name=model_name, config=config):
+            model, cfg = make_model(config_name, model_name, **config)
+            return (model, *[_seq2seq_decode(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_DECODE)])
+
+        if name in ("bart", "t5"):
+            cases.append(Case(f"{name}/forward", "seq2seq", "forward", forward, needs=(config_name, model_name)))
+        cases.append(Case(f"{name}/decode", "seq2seq", "decode", decode, needs=(config_name, model_name)))
+
+    whisper = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+                   max_source_positions=16, max_target_positions=64, pad_token_id=1, decoder_start_token_id=2,
+                   eos_token_id=2, bos_token_id=2, suppress_tokens=None, begin_suppress_tokens=None)
+
+    def whisper_case(decode):
+        def build():
+            model, cfg = make_model("WhisperConfig", "WhisperForConditionalGeneration", **whisper)
+            sizes = [(2, 3, 2), (3, 4, 3), (1, 6, 1)] if decode else [(2, 0, 4), (3, 0, 6), (4, 0, 3)]
+            return (model, *[_whisper_inputs(model, cfg, *s, seed=i + 1, decode=decode) for i, s in enumerate(sizes)])
+
+        kind = "decode" if decode else "forward"
+        return Case(f"whisper/{kind}", "seq2seq", kind, build,
+                    needs=("WhisperConfig", "WhisperForConditionalGeneration"))
+
+    cases += [whisper_case(True)]
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# encoders and vision
+# ---------------------------------------------------------------------------------------------------------------
+
+ENCODERS = [
+    ("bert", "BertConfig", "BertModel", {}),
+    ("roberta", "RobertaConfig", "RobertaModel", dict(pad_token_id=1)),
+    ("deberta_v2", "DebertaV2Config", "DebertaV2Model", {}),
+    ("modernbert", "ModernBertConfig", "ModernBertModel",
+     dict(global_attn_every_n_layers=2, local_attention=8, cls_token_id=1, sep_token_id=2)),
+]
+
+
+def _encoder_cases():
+    import_free = []
+    for name, config_name, model_name, extra in ENCODERS:
+        kwargs = {**TINY, "num_key_value_heads": None, "max_position_embeddings": 128, **extra}
+        if name == "distilbert":
+            kwargs = extra
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+
+        def build(config_name=config_name, model_name=model_name, kwargs=kwargs):
+            import torch
+
+            model, cfg = make_model(config_name, model_name, **kwargs)
+            sets = []
+            for i, (batch, seq) in enumerate(PREFILL):
+                g = _gen(i + 1)
+                sets.append({"input_ids": _ids(g, cfg.vocab_size, batch, seq),
+                             "attention_mask": torch.ones(batch, seq, dtype=torch.long)})
+            return (model, *sets)
+
+        import_free.append(Case(f"{name}/forward", "encoder", "forward", build, needs=(config_name, model_name)))
+
+    def vision(name, config_name, model_name, kwargs, channels=3):
+        def build():
+            import torch
+
+            model, cfg = make_model(config_name, model_name, **kwargs)
+            size = cfg.image_size
+            sets = [{"pixel_values": torch.randn(b, channels, size, size, generator=_gen(b))} for b in (2, 3, 4)]
+            return (model, *sets)
+
+        return Case(f"{name}/forward", "encoder", "forward", build, needs=(config_name, model_name),
+                    note="batch only is dynamic (the image size is fixed by the config)")
+
+    vit = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32,
+               patch_size=8)
+    import_free.append(vision("vit", "ViTConfig", "ViTModel", vit))
+    return import_free
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vision-language: a tiny llava (CLIP vision tower + llama)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _llava():
+    import torch
+
+    tf = _tf()
+    vision = tf.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 image_size=16, patch_size=8, projection_dim=32)
+    text = tf.LlamaConfig(**{**TINY, "vocab_size": 130})
+    image_token = 129
+    config = tf.LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_token,
+                            image_seq_length=4, vision_feature_layer=-1)
+    if hasattr(config, "image_token_id"):
+        config.image_token_id = image_token
+    torch.manual_seed(0)
+    model = tf.LlavaForConditionalGeneration(config).eval()
+    sets = []
+    for i, (batch, seq) in enumerate(PREFILL):
+        g = _gen(i + 1)
+        text_ids = _ids(g, 128, batch, seq)
+        ids = torch.cat([torch.full((batch, 4), image_token), text_ids], dim=1)  # 4 patches, CLS dropped
+        sets.append({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                     "pixel_values": torch.randn(batch, 3, 16, 16, generator=g), "use_cache": False})
+    return (model, *sets)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pure torch: dynamic shapes without transformers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _torch_module(forward):
+    import torch
+
+    class Model(torch.nn.Module):
+        pass
+
+    Model.forward = forward
+    Model.__name__ = forward.__name__
+    return Model().eval()
+
+
+def _randn(*shape, seed=0):
+    import torch
+
+    return torch.randn(*shape, generator=_gen(seed))
+
+
+def _broadcast_add():
+    def binary(self, x, y):
+        return x + y, x * y, x - y
+
+    # traced at equal sizes; run where the two inputs broadcast against each other
+    return (_torch_module(binary), {"x": _randn(2, 3, seed=1), "y": _randn(2, 3, seed=2)},
+            {"x": _randn(3, 4, seed=3), "y": _randn(4, 5, seed=4)}, {"x": _randn(1, 3, seed=5), "y": _randn(4, 3, seed=6)})
+
+
+def _broadcast_where():
+    import torch
+
+    def where(self, x, y):
+        return torch.where(x > 0, x, y), torch.maximum(x, y)
+
+    return (_torch_module(where), {"x": _randn(2, 3, seed=1), "y": _randn(2, 3, seed=2)},
+            {"x": _randn(3, 4, seed=3), "y": _randn(4, 5, seed=4)}, {"x": _randn(4, 1, seed=5), "y": _randn(4, 5, seed=6)})
+
+
+def _broadcast_rows():
+    def rows(self, x, bias):
+        return (x + bias).relu()
+
+    # x (n, d) + bias (m, d), m == n or 1: independent leading dims
+    return (_torch_module(rows), {"x": _randn(3, 8, seed=1), "bias": _randn(3, 8, seed=2)},
+            {"x": _randn(4, 8, seed=3), "bias": _randn(5, 8, seed=4)}, {"x": _randn(6, 8, seed=5), "bias": _randn(1, 8, seed=6)})
+
+
+def _reshape():
+    def reshape(self, x):
+        b, s, d = x.shape
+        heads = x.reshape(b, s, 4, d // 4).transpose(1, 2)
+        return heads.softmax(-1).transpose(1, 2).reshape(b * s, d)
+
+    return (_torch_module(reshape), {"x": _randn(2, 5, 16, seed=1)}, {"x": _randn(3, 7, 16, seed=2)},
+            {"x": _randn(4, 9, 16, seed=3)})
+
+
+def _reshape_flatten():
+    import torch
+
+    def flatten(self, x, y):
+        # concatenation then a view over the joined dim
+        z = torch.cat([x, y], dim=1)
+        return z.view(z.shape[0], -1, 2).sum(-1)
+
+    return (_torch_module(flatten), {"x": _randn(2, 4, seed=1), "y": _randn(2, 6, seed=2)},
+            {"x": _randn(3, 6, seed=3), "y": _randn(3, 8, seed=4)}, {"x": _randn(5, 8, seed=5), "y": _randn(5, 2, seed=6)})
+
+
+def _kwargs_forward():
+    import torch
+
+    def varkw(self, input_ids, attention_mask=None, **kwargs):
+        return (input_ids.float().sum(dim=1) + attention_mask.sum(dim=1)
+                + kwargs["past"].sum(dim=1) * kwargs["cache"].shape[1])
+
+    def inputs(batch, seq, cache, seed):
+        return {"input_ids": torch.randint(0, 10, (batch, seq), generator=_gen(seed)),
+                "attention_mask": torch.ones(batch, seq), "past": _randn(batch, 3, seed=seed),
+                "cache": _randn(batch, cache, seed=seed + 1)}
+
+    return (_torch_module(varkw), inputs(2, 5, 4, 1), inputs(3, 7, 6, 2), inputs(4, 9, 8, 3))
+
+
+def _mlp():
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = model
+
+        def forward(self, x):
+            return self.mlp(x)
+
+    return (Wrap().eval(), {"x": _randn(2, 5, 8, seed=1)}, {"x": _randn(3, 7, 8, seed=2)}, {"x": _randn(4, 9, 8, seed=3)})
+
+
+def _torch_cases():
+    return [
+        Case("torch_broadcast_add/forward", "torch", "forward", _broadcast_add,
+             note="x + y with independent dims, traced at equal sizes, run at (1,3)+(4,3)"),
+        Case("torch_broadcast_where/forward", "torch", "forward", _broadcast_where,
+             note="torch.where / maximum (refs path), run at (4,1) vs (4,5)"),
+        Case("torch_broadcast_rows/forward", "torch", "forward", _broadcast_rows,
+             note="(n,d) + (m,d), run with m=1"),
+        Case("torch_reshape/forward", "torch", "forward", _reshape, note="split heads, transpose, merge"),
+        Case("torch_cat_view/forward", "torch", "forward", _reshape_flatten, note="cat then view(-1, 2)"),
+        Case("torch_kwargs/forward", "torch", "forward", _kwargs_forward,
+             note="forward(input_ids, attention_mask=None, **kwargs) with dynamic kwargs"),
+        Case("torch_mlp/forward", "torch", "forward", _mlp, note="control: passes everywhere"),
+    ]
+
+
+def all_cases():
+    cases = _torch_cases() + _decoder_cases() + _seq2seq_cases() + _encoder_cases()
+    cases.append(Case("llava/prefill", "vlm", "prefill", _llava,
+                      needs=("LlavaConfig", "LlavaForConditionalGeneration", "CLIPVisionConfig"),
+                      note="CLIP vision tower + llama, 4 image tokens, dynamic batch and text length"))
+    return cases
+
+
+CASES = {case.name: case for case in all_cases()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shrinking a default config (for the --sweep)
+# ---------------------------------------------------------------------------------------------------------------
+
+SHRINK = {
+    "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128,
+    "d_model": 64, "d_ff": 128, "d_kv": 16, "num_layers": 2, "num_heads": 4, "num_decoder_layers": 2,
+    "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "ffn_dim": 128, "moe_intermediate_size": 32,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "shared_expert_intermediate_size": 32, "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8, "v_head_dim": 16, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+    "state_size": 8, "mamba_d_state": 8, "time_step_rank": 8, "mamba_dt_rank": 8, "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_kv_heads": 2,
+    "n_positions": 256, "max_position_embeddings": 256, "embedding_size": 64, "sliding_window": 8,
+    "decoder_vocab_size": 128, "use_mamba_kernels": False,
+}
+
+
+def shrink_config(config):
+    """A default config shrunk to tiny sizes: every known size attribute it has (and its sub-configs) is set."""
+    for key, value in SHRINK.items():
+        if hasattr(config, key) and not callable(getattr(config, key)):
+            current = getattr(config, key)
+            if current is None and key in ("sliding_window", "q_lora_rank", "head_dim"):
+                continue
+            if isinstance(current, bool) != isinstance(value, bool):
+                continue
+            try:
+                setattr(config, key, value)
+            except Exception:
+                pass
+    if getattr(config, "layer_types", None) is not None:
+        try:
+            config.layer_types = list(config.layer_types)[: getattr(config, "num_hidden_layers", 2)]
+        except Exception:
+            pass
+    for sub in ("text_config", "decoder", "encoder"):
+        child = getattr(config, sub, None)
+        if child is not None and hasattr(child, "to_dict"):
+            shrink_config(child)
+    return config

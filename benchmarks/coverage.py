@@ -1,0 +1,288 @@
+"""Coverage matrix: which export cases pass with no patches, with autopatch, with transformers' own helper and
+with onnx-diagnostic, side by side in one run of one interpreter.
+
+    python benchmarks/coverage.py                      # every case of catalogue.py, all columns
+    python benchmarks/coverage.py --cases 'llama*' 'torch_*' --columns none autopatch
+    python benchmarks/coverage.py --sweep --sweep-limit 900   # every causal-LM / seq2seq architecture, tiny
+
+Each case runs in its own child interpreter (benchmarks/_child.py) whose export code is plain torch.export:
+autopatch is switched on only by EXPORT_PATCHES=1 in that child's environment (the zero-code promise), and
+EXPORT_PATCHES_REPORT tells which patches ran.  Results go to benchmarks/results/coverage-<transformers>.json
+(and sweep-<transformers>.json); docs/coverage.md and the chart are regenerated from every results file present
+(benchmarks/report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import fnmatch
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+CHILD = HERE / "_child.py"
+COLUMNS = ["none", "autopatch", "transformers", "onnx_diagnostic"]
+DEFAULT_OD_PYTHON = "/tmp/autopatch-bench/od-{tag}/bin/python"
+
+
+def clean_env() -> dict:
+    """The parent's environment without any autopatch variable, one thread per child (two run at once)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXPORT_PATCHES")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
+               PYTHONWARNINGS="ignore")
+    return env
+
+
+def interpreter_versions(python: str) -> dict:
+    code = ("import json, platform, torch, transformers; print(json.dumps({'torch': torch.__version__, "
+            "'transformers': transformers.__version__, 'python': platform.python_version()}))")
+    out = subprocess.run([python, "-c", code], env=clean_env(), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_onnx_diagnostic(python: str | None) -> dict:
+    """Whether onnx-diagnostic imports in its interpreter (a throwaway venv, see setup_onnx_diagnostic.sh)."""
+    if not python or not Path(python).exists():
+        return {"available": False, "error": f"not installed (no interpreter at {python}; "
+                                              "run benchmarks/setup_onnx_diagnostic.sh)"}
+    code = ("import json, importlib.metadata as m, transformers\n"
+            "info = {'version': m.version('onnx-diagnostic'), 'transformers': transformers.__version__}\n"
+            "from onnx_diagnostic.torch_export_patches import torch_export_patches\n"
+            "print(json.dumps(info))")
+    out = subprocess.run([python, "-c", code], env=clean_env(), capture_output=True, text=True)
+    if out.returncode != 0:
+        lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+        version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('onnx-diagnostic'))"],
+                                 capture_output=True, text=True).stdout.strip()
+        return {"available": False, "version": version or None,
+                "error": "import fails: " + (lines[-1] if lines else f"exit code {out.returncode}")}
+    return {"available": True, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+class Server:
+    """A _child.py --server: imports once, forks one process per case (see _child.py)."""
+
+    def __init__(self, python: str, column: str, env: dict, timeout: float, workdir: Path):
+        self.proc = subprocess.Popen([python, str(CHILD), "--server", column, str(timeout)], env=env, cwd=workdir,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1)
+        self.workdir = workdir
+        ready = self.proc.stdout.readline()
+        if not ready:
+            raise RuntimeError(f"the {column} server did not start (exit code {self.proc.wait()})")
+
+    def run(self, argv: list) -> dict:
+        fd, out = tempfile.mkstemp(suffix=".json", dir=self.workdir)
+        os.close(fd)
+        started = time.perf_counter()
+        try:
+            self.proc.stdin.write(json.dumps([*argv, out]) + "\n")
+            self.proc.stdin.flush()
+            answer = json.loads(self.proc.stdout.readline() or '{"status": "crash (server died)"}')["status"]
+            with open(out) as f:
+                text = f.read()
+            if answer == "timeout":
+                return {"status": "timeout", "error": "no result within the per-case timeout",
+                        "seconds": round(time.perf_counter() - started, 1)}
+            if not text:
+                return {"status": "crash", "error": answer, "seconds": round(time.perf_counter() - started, 1)}
+            return json.loads(text)
+        finally:
+            os.unlink(out)
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+
+
+class Servers:
+    """One server per (worker thread, interpreter, column), started on first use."""
+
+    def __init__(self, timeout: float, workdir: Path):
+        import threading
+
+        self.timeout, self.workdir, self.local, self.all = timeout, workdir, threading.local(), []
+
+    def run(self, python: str, column: str, argv: list) -> dict:
+        servers = self.local.__dict__.setdefault("servers", {})
+        key = (python, column)
+        if key not in servers or servers[key].proc.poll() is not None:
+            env, _ = column_env(column, self.workdir, f"{column}-{len(self.all)}")
+            servers[key] = Server(python, column, env, self.timeout, self.workdir)
+            self.all.append(servers[key])
+        return servers[key].run(argv)
+
+    def close(self):
+        for server in self.all:
+            server.close()
+
+
+def column_env(column: str, workdir: Path, tag: str) -> tuple[dict, str | None]:
+    """The column's environment: only the autopatch column sets EXPORT_PATCHES (and the report file; each forked
+    case gets its own report path)."""
+    env = clean_env()
+    if column == "autopatch":
+        report = str(workdir / f"report-{tag}.json")
+        env.update(EXPORT_PATCHES="1", EXPORT_PATCHES_REPORT=report)
+        return env, report
+    return env, None
+
+
+def run_coverage(args) -> dict:
+    import catalogue
+
+    started = time.perf_counter()
+    versions = interpreter_versions(args.python)
+    names = [n for n in catalogue.CASES if not args.cases or any(fnmatch.fnmatch(n, p) for p in args.cases)]
+    od_python = args.od_python or DEFAULT_OD_PYTHON.format(tag="tf" + versions["transformers"].split(".")[0])
+    od = probe_onnx_diagnostic(od_python) if "onnx_diagnostic" in args.columns else None
+    if od and od.get("available") and od.get("transformers") != versions["transformers"]:
+        od["note"] = f"runs with transformers {od['transformers']} (its own venv)"
+    results = {name: {} for name in names}
+    jobs = []
+    for name in names:
+        for column in args.columns:
+            if column == "onnx_diagnostic" and not od["available"]:
+                results[name][column] = {"status": "unavailable", "error": od["error"]}
+                continue
+            jobs.append((name, column))
+    workdir = Path(tempfile.mkdtemp(prefix="autopatch-coverage-"))
+    print(f"coverage: {len(names)} cases x {len(args.columns)} columns, {len(jobs)} children, "
+          f"{args.workers} workers, transformers {versions['transformers']}", flush=True)
+
+    servers = Servers(args.timeout, workdir)
+
+    def work(job):
+        name, column = job
+        python = od_python if column == "onnx_diagnostic" else args.python
+        return job, servers.run(python, column, [name, column])
+
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for (name, column), result in pool.map(work, jobs):
+            done += 1
+            result.pop("case", None), result.pop("column", None), result.pop("versions", None)
+            results[name][column] = result
+            print(f"[{done}/{len(jobs)}] {name:<34} {column:<16} {result['status']:<13} "
+                  f"{(result.get('error') or '')[:90]}", flush=True)
+    servers.close()
+    cases = []
+    for name in names:
+        case = catalogue.CASES[name]
+        cases.append({"name": name, "family": case.family, "kind": case.kind, "note": case.note,
+                      "results": {c: results[name][c] for c in args.columns}})
+    summary = {c: {} for c in args.columns}
+    for case in cases:
+        for column, result in case["results"].items():
+            summary[column][result["status"]] = summary[column].get(result["status"], 0) + 1
+    return {
+        "meta": {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            **versions,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+            "command": "python benchmarks/coverage.py " + " ".join(sys.argv[1:]),
+            "workers": args.workers,
+            "timeout": args.timeout,
+            "seconds": round(time.perf_counter() - started, 1),
+            "load_average_at_end": list(os.getloadavg()),
+            "onnx_diagnostic": od,
+        },
+        "columns": args.columns,
+        "summary": summary,
+        "cases": cases,
+    }
+
+
+def sweep_architectures(python: str) -> list:
+    code = ("import json; from transformers.models.auto import modeling_auto as m\n"
+            "out = [(k, 'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES') for k in m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]\n"
+            "out += [(k, 'MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES') for k in m.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES]\n"
+            "print(json.dumps(out))")
+    out = subprocess.run([python, "-c", code], env=clean_env(), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_sweep(args) -> dict:
+    started = time.perf_counter()
+    versions = interpreter_versions(args.python)
+    archs = sweep_architectures(args.python)
+    if args.cases:
+        archs = [a for a in archs if any(fnmatch.fnmatch(a[0], p) for p in args.cases)]
+    workdir = Path(tempfile.mkdtemp(prefix="autopatch-sweep-"))
+    print(f"sweep: {len(archs)} architectures, autopatch on, {args.workers} workers, "
+          f"limit {args.sweep_limit:.0f} s", flush=True)
+    rows = []
+
+    servers = Servers(args.sweep_timeout, workdir)
+
+    def work(arch):
+        model_type, mapping = arch
+        if time.perf_counter() - started > args.sweep_limit:
+            return {"model_type": model_type, "mapping": mapping, "build": "not_run",
+                    "build_error": "total time limit reached", "status": {}, "error": {}}
+        result = servers.run(args.python, "autopatch", ["--sweep", model_type, mapping])
+        if result.get("status") in ("timeout", "crash"):
+            result = {"model_type": model_type, "mapping": mapping, "build": result["status"],
+                      "build_error": result["error"], "status": {}, "error": {}}
+        return result
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for i, result in enumerate(pool.map(work, archs), 1):
+            rows.append(result)
+            print(f"[{i}/{len(archs)}] {result['model_type']:<28} build={result['build']:<12} "
+                  f"{json.dumps(result.get('status'))} {(result.get('build_error') or '')[:80]}", flush=True)
+    servers.close()
+    return {
+        "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **versions,
+                 "command": "python benchmarks/coverage.py " + " ".join(sys.argv[1:]), "workers": args.workers,
+                 "timeout": args.sweep_timeout, "limit": args.sweep_limit,
+                 "seconds": round(time.perf_counter() - started, 1)},
+        "architectures": rows,
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="*", help="glob patterns over case names (or model types with --sweep)")
+    parser.add_argument("--columns", nargs="*", default=COLUMNS, choices=COLUMNS)
+    parser.add_argument("--workers", type=int, default=2, help="children at once (the reference machine has 2 cores)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per case and column")
+    parser.add_argument("--python", default=sys.executable, help="interpreter for the children")
+    parser.add_argument("--od-python", help="interpreter with onnx-diagnostic (default: " + DEFAULT_OD_PYTHON + ")")
+    parser.add_argument("--out", help="results JSON (default: benchmarks/results/coverage-<transformers>.json)")
+    parser.add_argument("--no-docs", action="store_true", help="do not regenerate docs/coverage.md")
+    parser.add_argument("--sweep", action="store_true", help="sweep transformers' causal-LM and seq2seq mappings")
+    parser.add_argument("--sweep-timeout", type=float, default=180, help="seconds per architecture")
+    parser.add_argument("--sweep-limit", type=float, default=1200, help="total seconds; the rest is 'not_run'")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    data = run_sweep(args) if args.sweep else run_coverage(args)
+    out = Path(args.out) if args.out else RESULTS / f"{'sweep' if args.sweep else 'coverage'}-{data['meta']['transformers']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {out} ({data['meta']['seconds']} s)")
+    if not args.sweep:
+        for column, counts in data["summary"].items():
+            print(f"  {column:<16} " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if not args.no_docs:
+        import report
+
+        report.main([])
+
+
+if __name__ == "__main__":
+    main()

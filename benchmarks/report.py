@@ -1,0 +1,260 @@
+"""Regenerates docs/coverage.md and docs/coverage.png from every results file in benchmarks/results/.
+
+    python benchmarks/report.py
+
+Reads coverage-<transformers>.json (coverage.py), sweep-<transformers>.json (coverage.py --sweep),
+overhead.json (overhead.py) and run_all.json (run_all.sh's timings).  The chart needs matplotlib: without it the
+PNG is skipped with a message and the markdown is still written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+DOCS = REPO / "docs"
+TITLES = {"none": "no patches", "autopatch": "autopatch", "transformers": "transformers' own",
+          "onnx_diagnostic": "onnx-diagnostic"}
+STATUSES = ["ok", "export_error", "run_error", "wrong_result", "build_error", "timeout", "crash", "harness_error",
+            "unavailable", "n/a"]
+
+
+def _load(pattern: str) -> list:
+    def key(path):
+        return tuple(int(p) if p.isdigit() else 0 for p in path.stem.split("-")[-1].split("."))
+
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob(pattern), key=key, reverse=True)]
+
+
+def _cell(result: dict) -> str:
+    status = result["status"]
+    return "**ok**" if status == "ok" else status
+
+
+def _escape(text: str) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")[:160]
+
+
+def coverage_section(data: dict) -> list:
+    meta, columns = data["meta"], data["columns"]
+    n = len(data["cases"])
+    lines = [f"## transformers {meta['transformers']}", "",
+             f"torch {meta['torch']}, Python {meta['python']}, {meta['machine']}; {meta['date']}.  "
+             f"`{meta['command']}` took **{meta['seconds'] / 60:.1f} min** with {meta['workers']} workers "
+             f"(per-case timeout {meta['timeout']:.0f} s).", ""]
+    od = meta.get("onnx_diagnostic")
+    if od is not None:
+        if od.get("available"):
+            lines += [f"onnx-diagnostic {od.get('version')} imports (with transformers {od.get('transformers')}); "
+                      "its column runs `torch_export_patches(patch_transformers=True)` around export and run.", ""]
+        else:
+            lines += [f"onnx-diagnostic {od.get('version') or ''}: **{_escape(od.get('error'))}** -- so its column "
+                      "is `unavailable` on this version (that is the result).", ""]
+    lines += ["| column | " + " | ".join(s for s in STATUSES if any(s in data["summary"][c] for c in columns)) + " |"]
+    used = [s for s in STATUSES if any(s in data["summary"][c] for c in columns)]
+    lines += ["| --- " * (len(used) + 1) + "|"]
+    for column in columns:
+        counts = data["summary"][column]
+        lines.append(f"| {TITLES[column]} | " + " | ".join(
+            (f"**{counts.get(s, 0)}**/{n}" if s == "ok" else str(counts.get(s, 0))) for s in used) + " |")
+    lines += ["", "Most frequent failures per column (error's first line, numbers and quoted names masked):", "",
+              "| column | n | status | cause | cases |", "| --- | --- | --- | --- | --- |"]
+    for column in columns:
+        groups: dict = {}
+        for case in data["cases"]:
+            result = case["results"][column]
+            if result["status"] not in ("ok", "unavailable", "n/a"):
+                groups.setdefault((result["status"], _cause(result.get("error"))), []).append(case["name"])
+        for (status, cause), names in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:4]:
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            lines.append(f"| {TITLES[column]} | {len(names)} | {status} | {_escape(cause)} | {shown} |")
+    lines += ["", "<details><summary>every case</summary>", "",
+              "| case | family | " + " | ".join(TITLES[c] for c in columns) + " | autopatch patches that ran | "
+              "first error (first failing column) |",
+              "| --- " * (len(columns) + 4) + "|"]
+    for case in data["cases"]:
+        results = case["results"]
+        patches = ", ".join(f"`{p}`" for p in (results.get("autopatch", {}).get("patches") or {}))
+        errors = [f"{TITLES[c]}: {results[c].get('error')}" for c in ("autopatch", "none", "transformers",
+                                                                       "onnx_diagnostic")
+                  if c in results and results[c]["status"] not in ("ok", "unavailable", "n/a")
+                  and results[c].get("error")]
+        lines.append(f"| {case['name']} | {case['family']} | " + " | ".join(_cell(results[c]) for c in columns)
+                     + f" | {patches} | {_escape(errors[0]) if errors else ''} |")
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def sweep_section(data: dict) -> list:
+    meta, rows = data["meta"], data["architectures"]
+    built = [r for r in rows if r["build"] == "ok"]
+    not_run = [r for r in rows if r["build"] == "not_run"]
+    lines = [f"### Sweep, transformers {meta['transformers']}", "",
+             f"`{meta['command']}`: every architecture of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` and "
+             f"`MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES`, default config shrunk to tiny sizes "
+             f"(`catalogue.shrink_config`), exported with EXPORT_PATCHES=1 only.  {meta['date']}, "
+             f"**{meta['seconds'] / 60:.1f} min** on {meta['workers']} workers (timeout {meta['timeout']:.0f} s "
+             f"per architecture, total limit {meta['limit']:.0f} s).", "",
+             f"{len(rows)} architectures; {len(rows) - len(not_run)} tried before the time limit, "
+             f"{len(not_run)} not run; **{len(built)} buildable** offline at tiny sizes; exported ok: "
+             + ", ".join(f"{kind} {sum(1 for r in built if r['status'].get(kind) == 'ok')}"
+                         for kind in sorted({k for r in built for k in r['status']})) + ".", ""]
+    kinds = sorted({k for r in built for k in r["status"]})
+    lines += ["| export | " + " | ".join(STATUSES[:5]) + " |", "| --- " * 6 + "|"]
+    for kind in kinds:
+        counts = [sum(1 for r in built if r["status"].get(kind) == s) for s in STATUSES[:5]]
+        lines.append(f"| {kind} | " + " | ".join(str(c) for c in counts) + " |")
+    groups: dict = {}
+    for r in rows:
+        if r["build"] == "not_run":
+            continue
+        if r["build"] != "ok":
+            groups.setdefault(("build", _cause(r.get("build_error"))), []).append(r["model_type"])
+        for kind, status in r["status"].items():
+            if status != "ok":
+                groups.setdefault((f"{kind} {status}", _cause(r["error"].get(kind))), []).append(r["model_type"])
+    lines += ["", "Failures grouped by cause (error's first line, numbers and names masked):", "",
+              "| stage | cause | n | architectures |", "| --- | --- | --- | --- |"]
+    for (stage, cause), names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"| {stage} | {_escape(cause)} | {len(names)} | {', '.join(sorted(names))} |")
+    lines += ["", "<details><summary>ok</summary>", "",
+              ", ".join(f"{r['model_type']} ({'/'.join(k for k, s in r['status'].items() if s == 'ok')})"
+                        for r in built if any(s == "ok" for s in r["status"].values())), "", "</details>", ""]
+    return lines
+
+
+def _cause(error: str | None) -> str:
+    import re
+
+    text = error or "unknown"
+    text = re.sub(r"'[^']*'", "'…'", text)
+    text = re.sub(r"\d+", "N", text)
+    return text[:120]
+
+
+def overhead_section(data: dict) -> list:
+    meta = data["meta"]
+    lines = ["## Overhead", "",
+             f"`{meta['command']}`: {meta['date']}, torch {meta['torch']}, transformers {meta['transformers']}, "
+             f"{meta['machine']}; took **{meta['seconds'] / 60:.1f} min**.  Medians of {meta['repeat']} "
+             "interleaved runs (llama export: at most 3); ratio = with the agent / without (1.00 = no "
+             "difference); best = the ratio of the fastest run of each side, less sensitive to other load.  "
+             f"Load average (1, 5, 15 min) at start {_load_avg(meta.get('load_average_at_start'))}, at end "
+             f"{_load_avg(meta.get('load_average_at_end'))}: on a busy machine single runs are noisy.", "",
+             "| measure | without | with | ratio (medians) | ratio (best runs) | note |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for row in data["measures"]:
+        unit = row.get("unit", "s")
+        # With a concurrent exporting thread a run's median depends on who holds the GIL: best-of is meaningless.
+        best = f"{row['best_ratio']:.3f}" if "best_ratio" in row and "concurrent_exports" not in row else ""
+        lines.append(f"| {row['name']} | {_fmt(row['without'], unit)} | {_fmt(row['with'], unit)} | "
+                     f"**{row['ratio']:.3f}** | {best} | {_escape(row.get('note', ''))} |")
+    lines.append("")
+    return lines
+
+
+def _load_avg(values) -> str:
+    return ", ".join(f"{v:.1f}" for v in values) if values else "?"
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s" and value < 0.1:
+        return f"{value * 1000:.3g} ms"
+    return f"{value:.4g} {unit}"
+
+
+def chart(coverage: list, path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: chart skipped (pip install matplotlib to draw docs/coverage.png)"
+    fig, axes = plt.subplots(1, len(coverage), figsize=(6 * len(coverage), 4.6), squeeze=False)
+    colors = {"ok": "#2e7d32", "export_error": "#c62828", "run_error": "#ef6c00", "wrong_result": "#6a1b9a",
+              "build_error": "#757575", "timeout": "#455a64", "crash": "#000000", "harness_error": "#000000",
+              "unavailable": "#bdbdbd", "n/a": "#e0e0e0"}
+    for ax, data in zip(axes[0], coverage):
+        columns = data["columns"]
+        left = [0] * len(columns)
+        for status in STATUSES:
+            values = [data["summary"][c].get(status, 0) for c in columns]
+            if any(values):
+                ax.barh([TITLES[c] for c in columns], values, left=left, color=colors[status], label=status)
+                left = [a + b for a, b in zip(left, values)]
+        ax.invert_yaxis()
+        ax.set_title(f"transformers {data['meta']['transformers']}: {len(data['cases'])} cases")
+        ax.set_xlabel("cases")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"wrote {path}"
+
+
+def main(argv=None) -> None:
+    coverage, sweeps, overhead = _load("coverage-*.json"), _load("sweep-*.json"), RESULTS / "overhead.json"
+    run_all = RESULTS / "run_all.json"
+    DOCS.mkdir(exist_ok=True)
+    lines = ["# Coverage and overhead", "",
+             "<!-- generated by benchmarks/report.py from benchmarks/results/*.json: do not edit by hand -->", "",
+             "Regenerate everything with `bash benchmarks/run_all.sh` (both venvs, onnx-diagnostic's throwaway "
+             "venvs under /tmp, coverage, sweep, overhead, this page)."]
+    if run_all.exists():
+        timing = json.loads(run_all.read_text())
+        lines += [f"Its last run took **{timing['seconds'] / 60:.1f} min** on {timing.get('machine', '2 cores')} "
+                  f"({timing.get('date', '')}): " + ", ".join(f"{k} {v / 60:.1f} min"
+                                                             for k, v in timing.get("steps", {}).items()) + "."]
+    steps = {}
+    if coverage:
+        steps["coverage (both venvs side by side)"] = max(d["meta"]["seconds"] for d in coverage)
+    if sweeps:
+        steps["sweep (both venvs side by side)"] = max(d["meta"]["seconds"] for d in sweeps)
+    if overhead.exists():
+        steps["overhead"] = json.loads(overhead.read_text())["meta"]["seconds"]
+    if steps:
+        lines += [f"From the results files below, its steps take on 2 cores: " + ", ".join(
+            f"{k} {v / 60:.1f} min" for k, v in steps.items()) + f": about **{sum(steps.values()) / 60:.0f} min**."]
+    lines += ["",
+              "Each case is a tiny model built from a config (random weights, nothing downloaded) and three input "
+              "sets of different sizes: traced at A, `dynamic_shapes` = every dim that differs between A and B "
+              "(`autopatch.guess_dynamic_shapes`, caches as the active pytree registration flattens them), "
+              "exported program compared with eager on C (atol = rtol = 1e-4; the eager reference is computed "
+              "before any column's context).  Every case runs in its own process, forked from a per-column "
+              "server interpreter that imported torch and transformers and ran one warm-up export of an MLP "
+              "(`benchmarks/_child.py`), with the same plain "
+              "`torch.export.export(model, (), kwargs=A, dynamic_shapes=...)`; only the column changes:", "",
+              "| column | what is around the export |", "| --- | --- |",
+              "| no patches | nothing (`EXPORT_PATCHES` unset) |",
+              "| autopatch | nothing in code: `EXPORT_PATCHES=1` in the child's environment (zero-code) |",
+              "| transformers' own | `transformers.integrations.executorch.register_dynamic_cache_export_support()` "
+              "called first (`n/a` where the installed transformers has no such helper) |",
+              "| onnx-diagnostic | `with torch_export_patches(patch_transformers=True):` around export and run "
+              "(`benchmarks/setup_onnx_diagnostic.sh`) |", "",
+              "Statuses: `ok`; `export_error` (export raised); `run_error` (the program rejects C's sizes); "
+              "`wrong_result` (runs, differs from eager); `build_error` (the case's own eager inputs could not be "
+              "built on this version); `timeout`; `unavailable` (config class missing, or the column's tool "
+              "cannot be imported).", ""]
+    chart_files = [d for d in coverage]
+    if coverage:
+        lines += ["![coverage](coverage.png)", ""]
+    for data in coverage:
+        lines += coverage_section(data)
+        for sweep in sweeps:
+            if sweep["meta"]["transformers"] == data["meta"]["transformers"]:
+                lines += sweep_section(sweep)
+    if overhead.exists():
+        lines += overhead_section(json.loads(overhead.read_text()))
+    (DOCS / "coverage.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {DOCS / 'coverage.md'}")
+    if chart_files:
+        print(chart(chart_files, DOCS / "coverage.png"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Regenerates every benchmark result and docs/coverage.md, in both project venvs.
+#
+#   bash benchmarks/run_all.sh            # SWEEP_LIMIT=600 (seconds per venv; 0 skips the sweep), REPEAT=7
+#
+# Steps: onnx-diagnostic's throwaway venvs under /tmp (setup_onnx_diagnostic.sh); the coverage matrix in .venv
+# (transformers 5.x) and .venv-tf4 (4.57) side by side, one worker each (2 children at once: the reference
+# machine has 2 cores); the sweep of transformers' mappings in both, bounded by SWEEP_LIMIT; the overhead
+# ratios (.venv); the report.  Timings go to benchmarks/results/run_all.json and the top of docs/coverage.md.
+set -u
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$REPO"
+SWEEP_LIMIT="${SWEEP_LIMIT:-600}"
+REPEAT="${REPEAT:-7}"
+TIMEOUT="${TIMEOUT:-300}"
+LOGS="${LOGS:-/tmp/autopatch-bench/logs}"
+mkdir -p "$LOGS" benchmarks/results
+start=$(date +%s)
+declare -A steps
+
+step() {  # name, then the command; keeps going when a step fails (its log says why)
+    local name="$1"; shift
+    local t0=$(date +%s)
+    echo "== $name: $*"
+    "$@" || echo "!! $name failed (exit $?)"
+    steps[$name]=$(( $(date +%s) - t0 ))
+}
+
+for v in .venv .venv-tf4; do
+    "$v/bin/python" -c "import matplotlib" 2>/dev/null || "$v/bin/pip" install -q matplotlib || true
+done
+
+step onnx_diagnostic_venvs bash benchmarks/setup_onnx_diagnostic.sh
+
+coverage_both() {
+    .venv/bin/python benchmarks/coverage.py --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf5.log" 2>&1 &
+    local a=$!
+    .venv-tf4/bin/python benchmarks/coverage.py --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf4.log" 2>&1 &
+    local b=$!
+    wait $a; wait $b
+    tail -n 5 "$LOGS/coverage-tf5.log" "$LOGS/coverage-tf4.log"
+}
+step coverage coverage_both
+
+sweep_both() {
+    .venv/bin/python benchmarks/coverage.py --sweep --workers 1 --sweep-limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf5.log" 2>&1 &
+    local a=$!
+    .venv-tf4/bin/python benchmarks/coverage.py --sweep --workers 1 --sweep-limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf4.log" 2>&1 &
+    local b=$!
+    wait $a; wait $b
+    tail -n 2 "$LOGS/sweep-tf5.log" "$LOGS/sweep-tf4.log"
+}
+if [ "$SWEEP_LIMIT" != "0" ]; then step sweep sweep_both; fi
+
+step overhead .venv/bin/python benchmarks/overhead.py --repeat "$REPEAT"
+
+total=$(( $(date +%s) - start ))
+{
+    printf '{"seconds": %d, "date": "%s", "machine": "%s cpus", "steps": {' "$total" "$(date -Iseconds)" "$(nproc)"
+    sep=""
+    for k in "${!steps[@]}"; do printf '%s"%s": %d' "$sep" "$k" "${steps[$k]}"; sep=", "; done
+    printf '}}\n'
+} > benchmarks/results/run_all.json
+.venv/bin/python benchmarks/report.py
+echo "run_all: ${total} s (logs in $LOGS)"
