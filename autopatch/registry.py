@@ -61,7 +61,8 @@ PATCHES = (
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_dynamic_cache",
         requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
-        reason="DynamicCache (and its subclasses in cache_utils) is not a pytree node, so torch.export rejects it "
+        reason="DynamicCache (and every subclass: cache_utils' own, a model's such as MiniMaxCache, a user's, "
+        "also those defined later) is not a pytree node, so torch.export rejects it "
         "as an input or output. Flattened as {'key_cache': [...], 'value_cache': [...]} (plus linear-attention "
         "states when present); the context keeps each layer's class and constructor arguments.",
     ),
@@ -73,7 +74,7 @@ PATCHES = (
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_static_cache",
         requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
-        reason="StaticCache (and on 4.56-4.57 SlidingWindowCache, HybridCache, HybridChunkedCache) as an export "
+        reason="StaticCache and its subclasses (on 4.56-4.57 SlidingWindowCache, HybridCache, HybridChunkedCache) as an export "
         "input or output; the layers' position counters are tensors and travel as leaves.",
     ),
     PatchSpec(
@@ -87,16 +88,25 @@ PATCHES = (
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
     ),
-    PatchSpec(
-        id="pytree.mamba_cache",
-        family="pytree",
-        trigger="transformers.models.mamba.modeling_mamba",
-        target="MambaCache",
-        mode="install",
-        replacement="autopatch.patches.pytree_caches:register_mamba_cache",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-        reason="Mamba's own cache (before 5.0 moved it into DynamicCache's linear-attention layers) as an export "
-        "input or output: {'conv_states': [...], 'ssm_states': [...]}.",
+    # transformers 4.x model-local caches: one row per model module, generated below from _MODEL_CACHES_4X.
+    *(
+        PatchSpec(
+            id=f"pytree.model_cache.{model}",
+            family="pytree",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=cache_class,
+            mode="install",
+            # The installer names its hit counter pytree.model_cache.<model> from the module, as here.
+            replacement="autopatch.patches.pytree_caches:register_attribute_cache",
+            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+            reason=f"{cache_class}, the {model} cache of transformers 4.x (5.x keeps these states in DynamicCache), "
+            "as an export input or output: its tensor attributes in definition order, the rest as structure.",
+        )
+        # Only caches whose models then export and run: 4.57's hybrid models (jamba, bamba, granitemoehybrid,
+        # falcon_h1, zamba2, lfm2, qwen3_next, mamba2) register with the same codec but fail next in their own
+        # _update_mamba_mask (a Python `if cache_position[0] > 0`), and falcon_mamba's program fails in
+        # ExportedProgram.module() (a Parameter registered as a buffer): nothing could prove those rows.
+        for model, cache_class in (("mamba", "MambaCache"),)
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
     PatchSpec(

@@ -103,16 +103,33 @@ def test_each_cache_fails_without_its_patch(pytree_patches, missing):
         torch.export.export(model, (), kwargs=traced)
 
 
-def test_pure_sliding_cache_past_its_window_is_refused_clearly(pytree_patches):
+def test_pure_sliding_cache_past_its_window_exports(pytree_patches):
+    """Only sliding layers (Mistral with a window): past the window a layer has seen more tokens than it holds,
+    and no full-attention layer holds the count. It travels as the dynamic size of an empty tensor.
+    (strict=True cannot export sliding layers at all: dynamo reads the int counter of the caller's own layer
+    objects and torch reports a constraint violation; README, known limits.)"""
+    strict = False
     config = transformers.MistralConfig(**zoo.COMMON, sliding_window=4)
+    torch.manual_seed(0)
     model = transformers.MistralForCausalLM(config).eval()
-    cache = transformers.DynamicCache(config=config)
-    if not any(type(layer).__name__ == "DynamicSlidingWindowLayer" for layer in cache.layers):
-        pytest.skip(f"transformers {transformers.__version__} builds no sliding layer for this Mistral config")
+    traced, other, run = (zoo.decode_inputs(model, config, b, p, s, seed) for b, p, s, seed in
+                          ((2, 7, 3, 1), (3, 9, 2, 2), (1, 11, 1, 3)))
+    cache = traced["past_key_values"]
+    assert all(type(layer).__name__ == "DynamicSlidingWindowLayer" for layer in cache.layers)
+    assert cache.layers[0].cumulative_length == 7 and cache.layers[0].keys.shape[-2] == 3  # past the window
+    leaves, spec = torch.utils._pytree.tree_flatten(cache)
+    assert [tuple(leaf.shape) for leaf in leaves[-2:]] == [(7, 0), (7, 0)]
+    assert torch.utils._pytree.tree_unflatten(leaves, spec).get_seq_length() == 7
+    shapes = autopatch.guess_dynamic_shapes(traced, other)
     with torch.no_grad():
-        model(input_ids=torch.randint(0, 128, (1, 7)), past_key_values=cache, use_cache=True)
-    with pytest.raises(ValueError, match="a sliding-window layer has seen 7 positions but holds 3"):
-        torch.utils._pytree.tree_flatten(cache)
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes, strict=strict)
+        got = program.module()(**copy.deepcopy(run))
+        expected = model(**copy.deepcopy(run))
+    torch.testing.assert_close(got.logits, expected.logits)
+    assert got.past_key_values.get_seq_length() == expected.past_key_values.get_seq_length() == 12
+    pytree_patches.enable("pytree,-pytree.dynamic_cache")
+    with torch.no_grad(), pytest.raises(Exception, match="DynamicCache"):
+        torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes, strict=strict)
 
 
 def test_guess_dynamic_shapes_marks_only_what_differs():
@@ -128,10 +145,10 @@ MAMBA = dict(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, c
 JAMBA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=100, num_experts=1,
              mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)
-# 5.x keeps mamba states in DynamicCache's linear-attention layers (pytree.dynamic_cache); 4.57 has MambaCache
-# (pytree.mamba_cache). Jamba's hybrid cache is a DynamicCache only on 5.x (4.57's must be built by hand).
+# 5.x keeps mamba states in DynamicCache's linear-attention layers (pytree.dynamic_cache); 4.57 has model-local
+# MambaCache (pytree.model_cache.mamba). Jamba's hybrid cache is a DynamicCache only on 5.x.
 SSM = [pytest.param("mamba", "pytree.dynamic_cache", marks=requires("transformers>=5")),
-       pytest.param("mamba", "pytree.mamba_cache", marks=requires("transformers<5")),
+       pytest.param("mamba", "pytree.model_cache.mamba", marks=requires("transformers<5")),
        pytest.param("jamba", "pytree.dynamic_cache", marks=requires("transformers>=5"))]
 
 
@@ -151,8 +168,9 @@ def _ssm_inputs(model, batch, past, seed):
 
 @pytest.mark.parametrize("name,patch_id", SSM)
 def test_state_space_decode_step_with_and_without_its_patch(pytree_patches, name, patch_id):
-    config_cls, model_cls, kwargs = {"mamba": (transformers.MambaConfig, transformers.MambaForCausalLM, MAMBA),
-                                     "jamba": (transformers.JambaConfig, transformers.JambaForCausalLM, JAMBA)}[name]
+    config_cls, model_cls, kwargs = {
+        "mamba": (transformers.MambaConfig, transformers.MambaForCausalLM, MAMBA),
+        "jamba": (transformers.JambaConfig, transformers.JambaForCausalLM, JAMBA)}[name]
     torch.manual_seed(0)
     model = model_cls(config_cls(**kwargs)).eval()
     traced, other, run = (_ssm_inputs(model, b, p, s) for b, p, s in ((2, 5, 1), (3, 6, 2), (1, 7, 3)))
@@ -164,3 +182,69 @@ def test_state_space_decode_step_with_and_without_its_patch(pytree_patches, name
         pytree_patches.enable(f"pytree,-{patch_id}")
         with pytest.raises(Exception, match="Cache"):
             torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+
+
+def test_a_dynamic_cache_subclass_defined_after_activation_exports_with_its_own_state(pytree_patches):
+    """Pytree registration is per exact class: a subclass (a model's own, like 5.x MiniMaxCache, or a user's) is
+    registered when it is defined, and its own attributes travel: tensors as inputs, the rest as structure."""
+
+    class ScaledCache(transformers.DynamicCache):
+        def __init__(self, scale):
+            super().__init__()
+            self.scale = torch.full((1,), float(scale))  # a tensor of its own: an export input
+            self.label = "scaled"  # structure: kept in the context
+
+    assert ScaledCache in torch.utils._pytree.SUPPORTED_NODES
+    model, config = zoo.build("llama")
+
+    def inputs(batch, past, seq, seed, scale):
+        plain = zoo.decode_inputs(model, config, batch, past, seq, seed)
+        cache = ScaledCache(scale)
+        for index, layer in enumerate(plain["past_key_values"].layers):
+            cache.update(layer.keys, layer.values, index)
+        return {**plain, "past_key_values": cache}
+
+    class ScaledLogits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, past_key_values):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=past_key_values)
+            return out.logits * past_key_values.scale, out.past_key_values
+
+    traced, other, run = inputs(2, 5, 3, 1, 2.0), inputs(3, 7, 2, 2, 3.0), inputs(1, 9, 1, 3, 0.5)
+    leaves, spec = torch.utils._pytree.tree_flatten(traced["past_key_values"])
+    assert len(leaves) == 2 * config.num_hidden_layers + 1
+    rebuilt = torch.utils._pytree.tree_unflatten(leaves, spec)
+    assert type(rebuilt) is ScaledCache and rebuilt.label == "scaled" and rebuilt.scale is leaves[-1]
+    wrapper = ScaledLogits()
+    shapes = autopatch.guess_dynamic_shapes(traced, other)
+    with torch.no_grad():
+        program = torch.export.export(wrapper, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+        got_logits, got_cache = program.module()(**copy.deepcopy(run))
+        expected_logits, expected_cache = wrapper(**copy.deepcopy(run))
+    torch.testing.assert_close(got_logits, expected_logits)
+    assert type(got_cache) is ScaledCache and got_cache.get_seq_length() == 10
+    pytree_patches.disable()
+    assert ScaledCache not in torch.utils._pytree.SUPPORTED_NODES  # undone with the rest
+    assert "__init_subclass__" not in vars(transformers.DynamicCache)
+
+
+def test_output_containers_need_no_patch(agent):
+    """transformers registers ModelOutput subclasses itself on the versions we support: with no patch at all, an
+    encoder returns its output container from the program, fields and values intact, at other sizes."""
+    config = transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    assert not agent.active
+    ids = torch.randint(0, 128, (2, 7))
+    dyn = torch.export.Dim.DYNAMIC
+    with torch.no_grad():
+        program = torch.export.export(model, (ids,), dynamic_shapes=({0: dyn, 1: dyn},))
+        other = torch.randint(0, 128, (3, 11))
+        got, expected = program.module()(other), model(other)
+    assert type(got) is type(expected) and list(got.keys()) == list(expected.keys())
+    for key in expected.keys():
+        torch.testing.assert_close(got[key], expected[key])

@@ -37,6 +37,14 @@ SEQ2SEQ = {
 }
 
 
+# Whisper's encoder takes exactly 2 * max_source_positions frames: batch and decoder lengths vary, frames do not.
+WHISPER = dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+               decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16,
+               max_source_positions=16, max_target_positions=64, pad_token_id=1, decoder_start_token_id=2,
+               eos_token_id=2, bos_token_id=2, suppress_tokens=None, begin_suppress_tokens=None)
+SEQ2SEQ["whisper"] = ("WhisperConfig", "WhisperForConditionalGeneration", WHISPER)
+
+
 def build_seq2seq(name):
     config_name, model_name, kwargs = SEQ2SEQ[name]
     config = getattr(transformers, config_name)(**kwargs)
@@ -45,13 +53,18 @@ def build_seq2seq(name):
 
 
 def seq2seq_decode_inputs(model, config, batch, source, past, seq, seed=0):
+    """``source``: source tokens (text models); whisper's audio features have a fixed number of frames."""
     g = torch.Generator().manual_seed(seed)
-    source_ids = torch.randint(3, config.vocab_size, (batch, source), generator=g)
+    if config.model_type == "whisper":
+        encoder = {"input_features": torch.randn(batch, config.num_mel_bins, 2 * config.max_source_positions,
+                                                 generator=g)}
+    else:
+        encoder = {"input_ids": torch.randint(3, config.vocab_size, (batch, source), generator=g)}
     with torch.no_grad():
         prefix = torch.randint(3, config.vocab_size, (batch, past), generator=g)
-        cache = model(input_ids=source_ids, decoder_input_ids=prefix, use_cache=True).past_key_values
+        cache = model(**encoder, decoder_input_ids=prefix, use_cache=True).past_key_values
     return {
-        "input_ids": source_ids,
+        **encoder,
         "decoder_input_ids": torch.randint(3, config.vocab_size, (batch, seq), generator=g),
         "past_key_values": cache,
     }

@@ -6,7 +6,9 @@ lists, one list per kind of state, each holding that state for every layer that 
     {"key_cache":   [layer0.keys, layer1.keys, ...],          # attention layers that hold tensors
      "value_cache": [layer0.values, layer1.values, ...],
      "conv_states": [...], "recurrent_states": [...],         # only when linear-attention (mamba-like) layers exist
-     "cumulative_length": [...]}                              # only for static layers (a tensor there)
+     "cumulative_length": [...],                              # only for static layers (a tensor there)
+     "sliding_length": [empty(seen, 0), ...],                 # only for sliding layers with no full layer beside
+     <attribute>: ...}                                        # a subclass's own tensor attributes, by name
 
     cache_dims = [{0: batch, 2: past}] * num_layers
     dynamic_shapes = {"past_key_values": [cache_dims, cache_dims]}          # keys and values only
@@ -15,11 +17,14 @@ Keys and values use the layout of transformers' own ``register_dynamic_cache_exp
 specs keep working.  ``EncoderDecoderCache`` flattens to ``[self_attention_cache, cross_attention_cache]``.
 
 The context holds structure only: the cache class, each layer's class, its constructor arguments (sliding
-window, max cache length, number of states) and which states it holds.  Never per-call counters: a traced past
-length must not become a constant of the graph.  A dynamic sliding layer's ``cumulative_length`` is rebuilt on
-unflatten from traced tensors: the key length of the full-attention layers when the cache has any (exact past
-the window too), else its own key length (exact below the window).  A cache whose sliding layers are past their
-window with no full-attention layer to recover the length from is refused with a clear error.
+window, max cache length, number of states), which states it holds, a subclass's non-tensor attributes.  Never
+per-call counters: a traced past length must not become a constant of the graph.  A dynamic sliding layer's
+``cumulative_length`` (tokens seen, more than it holds once past its window) is rebuilt on unflatten from traced
+sizes: the key length of the full-attention layers when the cache has any, else the first dimension of its
+``sliding_length`` entry, an empty tensor whose only content is that dynamic size.
+
+Every subclass of DynamicCache and StaticCache is registered, wherever it is defined and whenever: an
+``__init_subclass__`` hook registers those defined after activation.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch
 
 from .. import scope
 from ..install import Skip
-from . import pytree_registration
+from . import cache_attributes, pytree_registration
 
 #: transformers.integrations.executorch.register_dynamic_cache_export_support flattens to the same layout
 #: but rebuilds every layer as a DynamicLayer: sliding-window layers come back as full layers.
@@ -38,6 +43,8 @@ REPLACEABLE = ("transformers.integrations.executorch",)
 
 KV_SLOTS = ("key_cache", "value_cache")
 LINEAR_SLOTS = ("conv_states", "recurrent_states")
+#: Sliding layers' seen-token counts, only for caches with no full-attention layer to take the length from.
+LENGTH_SLOT = "sliding_length"
 #: Constructor arguments a layer may need, read from attributes of the same name.
 CTOR_ARGS = ("sliding_window", "max_cache_len", "number_of_states")
 
@@ -116,15 +123,16 @@ def _layer_slots(layer, description) -> list:
     return slots
 
 
-def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, patch_id: str):
-    """flatten/unflatten for a cache holding ``layers``."""
+def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patch_id: str):
+    """flatten/unflatten for a cache holding ``layers``. Attributes a subclass keeps besides those of the base
+    ``Cache`` (``base_attrs``) travel too: the ones holding tensors as further children after the slots, the
+    others as context (see cache_attributes)."""
 
     def context_of(cache):
         replicate = getattr(cache, "layer_class_to_replicate", None)
         if replicate is not None and replicate not in kinds.ctor_args:
             kinds.learn(replicate)
         layers = tuple(_describe_layer(layer, kinds) for layer in cache.layers)
-        _check_sliding_lengths(cache, layers)
         return (_qualified(replicate) if replicate is not None else None, layers)
 
     def flatten(cache):
@@ -134,20 +142,31 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, patch_id: str):
         for layer, description in zip(cache.layers, context[1]):
             for slot, tensor in _layer_slots(layer, description):
                 grouped.setdefault(slot, []).append(tensor)
+        if _full_length(cache.layers, context[1]) is None:
+            for layer, description in zip(cache.layers, context[1]):
+                if _is_dynamic_sliding(description):
+                    grouped.setdefault(LENGTH_SLOT, []).append(_length_carrier(layer))
         # Keys and values always lead, so that the layout matches transformers' own for plain caches.
         names = tuple(n for n in KV_SLOTS if n in grouped or not grouped) + tuple(
             n for n in grouped if n not in KV_SLOTS
         )
-        return [grouped.get(n, []) for n in names], (names, context)
+        extras = cache_attributes.split(cache, base_attrs)
+        clash = set(names) & set(extras.tensors)
+        if clash:
+            raise ValueError(f"autopatch: {type(cache).__name__} has attributes named like cache slots: {sorted(clash)}")
+        children = [grouped.get(n, []) for n in names] + [getattr(cache, n) for n in extras.tensors]
+        return children, (names, context, extras)
 
     def flatten_with_keys(cache):
         from torch.utils._pytree import MappingKey
 
         children, context = flatten(cache)
-        return [(MappingKey(n), child) for n, child in zip(context[0], children)], context
+        keys = context[0] + context[2].tensors
+        return [(MappingKey(n), child) for n, child in zip(keys, children)], context
 
     def unflatten(children, context):
-        names, (replicate, layers) = context
+        names, (replicate, layers), extras = context
+        children = list(children)
         queues = {n: list(child) for n, child in zip(names, children)}
         built = []
         for layer_name, kwargs, kv, counter, linear in layers:
@@ -165,7 +184,7 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, patch_id: str):
                     _fill_state(layer, "recurrent", i, queues["recurrent_states"].pop(0))
                 layer.has_previous_state[i] = previous
             built.append(layer)
-        _rebuild_sliding_lengths(built, layers)
+        _rebuild_sliding_lengths(built, layers, queues.get(LENGTH_SLOT))
         cache = cache_cls.__new__(cache_cls)
         # The base Cache initialiser: subclasses' own __init__ want a config we do not have and do not need.
         # It takes layers or a class to replicate, not both; a cache that grew layers by replication has both.
@@ -174,6 +193,7 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, patch_id: str):
         else:
             base_init(cache, layer_class_to_replicate=kinds.by_name[replicate])
         cache.layer_class_to_replicate = kinds.by_name[replicate] if replicate is not None else None
+        cache_attributes.restore(cache, extras, children[len(names):])
         return cache
 
     return flatten, unflatten, flatten_with_keys
@@ -207,97 +227,128 @@ def _full_length(layers, descriptions):
     return None
 
 
-def _rebuild_sliding_lengths(layers, descriptions) -> None:
+def _length_carrier(layer):
+    """The number of tokens a sliding layer has seen, as the first dimension of an empty tensor: a dynamic size
+    of the program's inputs (and outputs), never a constant of the graph, and no data to move.
+
+    The same tensor object is returned while the count is unchanged: torch.export flattens its inputs several
+    times and matches dynamic_shapes to tensors by identity, so a fresh tensor per flatten would lose its spec."""
+    carrier = getattr(layer, "_autopatch_length_carrier", None)
+    seen = layer.cumulative_length
+    # Plain ints compare by value; a traced SymInt only by identity (comparing would add a guard).
+    if carrier is None or not (carrier.shape[0] is seen or (type(seen) is int and carrier.shape[0] == seen)):
+        carrier = torch.empty((seen, 0), dtype=layer.keys.dtype, device=layer.keys.device)
+        layer._autopatch_length_carrier = carrier
+    return carrier
+
+
+def _rebuild_sliding_lengths(layers, descriptions, carriers) -> None:
     full = _full_length(layers, descriptions)
+    carriers = list(carriers or ())
     for layer, description in zip(layers, descriptions):
         if _is_dynamic_sliding(description):
-            layer.cumulative_length = full if full is not None else layer.keys.shape[-2]
+            layer.cumulative_length = full if full is not None else carriers.pop(0).shape[0]
 
 
-def _check_sliding_lengths(cache, descriptions) -> None:
-    """Eager inputs only: refuses a cache that the rebuilt lengths would misrepresent."""
-    full = _full_length(cache.layers, descriptions)
-    for layer, description in zip(cache.layers, descriptions):
-        if not _is_dynamic_sliding(description):
-            continue
-        actual = getattr(layer, "cumulative_length", None)
-        if type(actual) is not int or type(layer.keys.shape[-2]) is not int:
-            continue  # traced values: nothing to compare without adding guards
-        rebuilt = full if full is not None else layer.keys.shape[-2]
-        if actual != rebuilt:
-            raise ValueError(
-                f"autopatch: cannot flatten this {type(cache).__name__}: a sliding-window layer has seen {actual} "
-                f"positions but holds {layer.keys.shape[-2]} and the cache has no full-attention layer to recover "
-                "the length from (export the cache before it passes its window, or use a model with full layers)"
-            )
-
-
-def _register_layered(module, cache_cls, patch_id: str, kinds: LayerKinds):
-    flatten, unflatten, flatten_with_keys = make_layered_codec(cache_cls, kinds, module.Cache.__init__, patch_id)
+def _register(cls, codec):
+    flatten, unflatten, flatten_with_keys = codec
     return pytree_registration.register(
-        cache_cls, flatten, unflatten, flatten_with_keys, _to_dumpable, _from_dumpable, replaceable=REPLACEABLE
+        cls, flatten, unflatten, flatten_with_keys, cache_attributes.to_dumpable, cache_attributes.from_dumpable,
+        replaceable=REPLACEABLE,
     )
 
 
-def _to_dumpable(context) -> str:
-    import json
-
-    return json.dumps(context)
-
-
-def _from_dumpable(text: str):
-    import json
-
-    def tuples(obj):
-        return tuple(tuples(x) for x in obj) if isinstance(obj, list) else obj
-
-    return tuples(json.loads(text))
+def _eligible(cls) -> bool:
+    # Quantized and offloaded caches hold state outside their layers' tensors (quantized blocks, CPU copies).
+    return "Quantized" not in cls.__name__ and "Offloaded" not in cls.__name__
 
 
-def _layered_family(module, root_name: str):
-    """``root_name`` and its subclasses defined in the same module, e.g. StaticCache and, on 4.57, its
-    SlidingWindowCache/HybridCache variants. Pytree registration is per exact class."""
-    root = getattr(module, root_name)
-    if not hasattr(module, "Cache") or "layers" not in inspect.signature(module.Cache.__init__).parameters:
-        raise Skip(f"this transformers has no layered {root_name} (Cache(layers=...) appeared in 4.56)")
-    # dict.fromkeys: a module may bind one class under two names (5.x keeps SlidingWindowCache = StaticCache).
-    return list(dict.fromkeys(
-        obj
-        for obj in vars(module).values()
-        if isinstance(obj, type) and issubclass(obj, root) and obj.__module__ == module.__name__
-        and "Quantized" not in obj.__name__ and "Offloaded" not in obj.__name__
-    ))
+def _subclasses(root) -> list:
+    """``root`` and every subclass of it loaded so far, whatever module defines it, root first."""
+    found, todo = [root], [root]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return [cls for cls in found if cls is root or _eligible(cls)]
 
 
 def register_layered_caches(root_name: str, patch_id: str):
-    """An installer for ``root_name`` and its same-module subclasses."""
+    """An installer for ``root_name`` and all its subclasses: those loaded already (the 4.57 SlidingWindowCache
+    variants in cache_utils, a model's own such as MiniMaxCache, a user's) and, through an ``__init_subclass__``
+    hook on the root, those defined later. Pytree registration is per exact class."""
 
     def install(module, name, root):
+        if not hasattr(module, "Cache") or "layers" not in inspect.signature(module.Cache.__init__).parameters:
+            raise Skip(f"this transformers has no layered {root_name} (Cache(layers=...) appeared in 4.56)")
         kinds = LayerKinds()
         kinds.learn_module(module)
+        probe = module.Cache.__new__(module.Cache)
+        module.Cache.__init__(probe, layers=[])
+        base_attrs = frozenset(vars(probe))
         undos, details, registered = [], [], []
 
         def undo_all() -> str:
             return "; ".join(problem for problem in (u() for u in reversed(undos)) if problem)
 
-        for cls in sorted(_layered_family(module, root_name), key=lambda c: c is not root):
+        def register_one(cls) -> None:
+            codec = make_layered_codec(cls, kinds, module.Cache.__init__, base_attrs, patch_id)
+            undo, detail = _register(cls, codec)
+            undos.append(undo)
+            registered.append(cls.__name__)
+            if detail:
+                details.append(detail)
+
+        for cls in _subclasses(root):
             try:
-                undo, detail = _register_layered(module, cls, patch_id, kinds)
+                register_one(cls)
             except Skip as exc:
                 if cls is root:
                     undo_all()  # all or nothing for the root class
                     raise
                 details.append(str(exc))
-                continue
-            undos.append(undo)
-            registered.append(cls.__name__)
-            if detail:
-                details.append(detail)
+        undos.append(_hook_subclasses(root, register_one))
         if len(registered) > 1:
             details.insert(0, f"registered {', '.join(registered)}")
         return undo_all, "; ".join(details)
 
     return install
+
+
+def _hook_subclasses(root, register_one):
+    """Registers every subclass of ``root`` defined from now on (a model module imported later); returns the undo.
+    A subclass that cannot be registered is logged, never raised: the user's class statement must succeed."""
+    previous = vars(root).get("__init_subclass__")
+
+    def init_subclass(cls, **kwargs):
+        if previous is not None:
+            previous.__func__(cls, **kwargs)
+        else:
+            super(root, cls).__init_subclass__(**kwargs)
+        if _eligible(cls):
+            try:
+                register_one(cls)
+            except Exception as exc:
+                import logging
+
+                logging.getLogger("autopatch").warning(
+                    "autopatch: %s: cannot register %s.%s: %s", root.__name__, cls.__module__, cls.__qualname__, exc
+                )
+
+    hook = classmethod(init_subclass)
+    root.__init_subclass__ = hook
+
+    def undo() -> str:
+        if vars(root).get("__init_subclass__") is not hook:
+            return f"{root.__name__}.__init_subclass__ was replaced on top of autopatch's hook; left as is"
+        if previous is None:
+            del root.__init_subclass__
+        else:
+            root.__init_subclass__ = previous
+        return ""
+
+    return undo
 
 
 register_dynamic_cache = register_layered_caches("DynamicCache", "pytree.dynamic_cache")
@@ -321,38 +372,11 @@ def register_encoder_decoder_cache(module, name, cache_cls):
     def unflatten(children, context):
         return cache_cls(children[0], children[1])
 
-    return pytree_registration.register(
-        cache_cls, flatten, unflatten, flatten_with_keys, _to_dumpable, _from_dumpable, replaceable=REPLACEABLE
-    )
+    return _register(cache_cls, (flatten, unflatten, flatten_with_keys))
 
 
-def register_mamba_cache(module, name, cache_cls):
-    """transformers 4.56-4.57 ``MambaCache`` (models/mamba): {"conv_states": [...], "ssm_states": [...]}.
-    The batch size is not context: it is read back from the tensors."""
-    patch_id = "pytree.mamba_cache"
-    sizes = ("intermediate_size", "ssm_state_size", "conv_kernel_size")
-
-    def flatten(cache):
-        scope.count_hit(patch_id)
-        context = (tuple(getattr(cache, s) for s in sizes), str(cache._dtype))
-        return [list(cache.conv_states), list(cache.ssm_states)], context
-
-    def flatten_with_keys(cache):
-        from torch.utils._pytree import MappingKey
-
-        children, context = flatten(cache)
-        return [(MappingKey("conv_states"), children[0]), (MappingKey("ssm_states"), children[1])], context
-
-    def unflatten(children, context):
-        values, dtype_name = context
-        cache = cache_cls.__new__(cache_cls)
-        for attr, value in zip(sizes, values):
-            setattr(cache, attr, value)
-        cache.conv_states, cache.ssm_states = list(children[0]), list(children[1])
-        cache._dtype = getattr(torch, dtype_name.rpartition(".")[2])
-        cache.max_batch_size = cache.conv_states[0].shape[0] if cache.conv_states else 0
-        return cache
-
-    return pytree_registration.register(
-        cache_cls, flatten, unflatten, flatten_with_keys, _to_dumpable, _from_dumpable, replaceable=REPLACEABLE
-    )
+def register_attribute_cache(module, name, cache_cls):
+    """transformers 4.x model-local caches (``MambaCache``, ``HybridMambaAttentionDynamicCache``...): plain
+    objects of tensor lists, flattened by attribute (cache_attributes)."""
+    patch_id = f"pytree.model_cache.{module.__name__.rpartition('.modeling_')[2]}"
+    return _register(cache_cls, cache_attributes.make_attribute_codec(cache_cls, patch_id))
