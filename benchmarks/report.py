@@ -157,6 +157,19 @@ def overhead_section(data: dict) -> list:
     return lines
 
 
+def startup_section(data: dict) -> list:
+    meta, cases = data["meta"], data["cases"]
+    lines = ["### Interpreter start-up", "",
+             f"`{meta['command']}`: {meta['date']}, Python {meta['python']}, {meta['machine']}.  `python -c pass` in "
+             "two throwaway venvs of the same base Python, one with the autopatch wheel (its real `.pth` in "
+             f"site-packages) and one without; medians of {meta['repeat']} interleaved runs.", "",
+             "| interpreter | median | ratio to without |", "| --- | --- | --- |"]
+    for name, row in cases.items():
+        lines.append(f"| {name} | {row['median_ms']:.2f} ms | **{row['ratio']:.3f}** |")
+    lines.append("")
+    return lines
+
+
 def _load_avg(values) -> str:
     return ", ".join(f"{v:.1f}" for v in values) if values else "?"
 
@@ -250,6 +263,8 @@ def main(argv=None) -> None:
                 lines += sweep_section(sweep)
     if overhead.exists():
         lines += overhead_section(json.loads(overhead.read_text()))
+    if (RESULTS / "startup.json").exists():
+        lines += startup_section(json.loads((RESULTS / "startup.json").read_text()))
     (DOCS / "coverage.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {DOCS / 'coverage.md'}")
     if chart_files:

@@ -6,7 +6,7 @@
 # Steps: onnx-diagnostic's throwaway venvs under /tmp (setup_onnx_diagnostic.sh); the coverage matrix in .venv
 # (transformers 5.x) and .venv-tf4 (4.57) side by side, one worker each (2 children at once: the reference
 # machine has 2 cores); the sweep of transformers' mappings in both, bounded by SWEEP_LIMIT; the overhead
-# ratios (.venv); the report.  Timings go to benchmarks/results/run_all.json and the top of docs/coverage.md.
+# ratios and the interpreter start-up (.venv); the report.  Timings go to benchmarks/results/run_all.json and the top of docs/coverage.md.
 set -u
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
@@ -53,6 +53,7 @@ sweep_both() {
 if [ "$SWEEP_LIMIT" != "0" ]; then step sweep sweep_both; fi
 
 step overhead .venv/bin/python benchmarks/overhead.py --repeat "$REPEAT"
+step startup .venv/bin/python benchmarks/startup.py --repeat 40
 
 total=$(( $(date +%s) - start ))
 {

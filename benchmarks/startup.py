@@ -10,8 +10,10 @@ registers hooks, no torch) is shown too.  Takes about a minute on 2 cores.
 """
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -61,11 +63,14 @@ def main() -> None:
             for name, (python, env) in cases.items():
                 samples[name].append(_time(python, env))
     baseline = statistics.median(samples["without autopatch"])
-    results = {}
+    results = {"meta": {"command": f"python benchmarks/startup.py --repeat {args.repeat}", "repeat": args.repeat,
+                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                        "python": platform.python_version(), "machine": f"{os.cpu_count()} cpus"},
+               "cases": {}}
     print(f"interpreter start-up, median of {args.repeat} interleaved runs")
     for name, values in samples.items():
         median = statistics.median(values)
-        results[name] = {"median_ms": round(median * 1000, 2), "ratio": round(median / baseline, 3)}
+        results["cases"][name] = {"median_ms": round(median * 1000, 2), "ratio": round(median / baseline, 3)}
         print(f"  {name:<40} {median * 1000:7.2f} ms   x{median / baseline:.3f}")
     out = REPO / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
