@@ -276,8 +276,8 @@ PATCHES = (
         replacement="autopatch.patches.transformers_rope:install_dynamic_rope_update",
         requires=(("transformers", ">=4.57"), ("torch", ">=2.6")),
         fingerprints=("97e426d014ac", "54741fa0ea32"),
-        reason="Dynamic RoPE (rope_type='dynamic') tests max(position_ids)+1 in Python ifs and re-registers "
-        "inv_freq: export fails with 'Could not guard on data-dependent expression'. Under export, the decorated "
+        reason="Dynamic RoPE (rope_type='dynamic'; and 'longrope' on 4.x, e.g. Phi-3) tests max(position_ids)+1 "
+        "in Python ifs and re-registers inv_freq: export fails with 'Could not guard on data-dependent expression'. Under export, the decorated "
         "rotary forward uses where(seq_len > original length, rescaled, original) frequencies, without state; "
         "every model using the decorator, including classes decorated before activation.",
     ),
@@ -341,6 +341,45 @@ PATCHES = (
         fingerprints=("751ffe2704e4",),
         reason="Same nonzero() expert loop as Mixtral (data-dependent guard Eq(u0, 0)); replaced by all experts "
         "on all tokens with dense routing weights (norm_topk_prob honoured).",
+    ),
+    PatchSpec(
+        id="transformers.moe.minimax",
+        family="transformers",
+        trigger="transformers.models.minimax.modeling_minimax",
+        target="MiniMaxSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:mixtral_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("7008bd8a53b3",),  # the same source as Mixtral's block
+        reason="A copy of Mixtral's 4.x block (same nonzero() loop, same guard Eq(u0, 0)): the same replacement.",
+    ),
+    PatchSpec(
+        id="transformers.moe.qwen2_moe",
+        family="transformers",
+        trigger="transformers.models.qwen2_moe.modeling_qwen2_moe",
+        target="Qwen2MoeSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:qwen2_moe_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("b6675bc3b3ad",),
+        reason="The nonzero() expert loop (guard Eq(u0, 0)) plus a gated shared expert; all experts on all tokens "
+        "with dense routing weights, then the shared expert as the original adds it.",
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.moe.{model}",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{block}.moe",
+            mode="route",
+            replacement="autopatch.patches.transformers_moe:deepseek_moe",
+            requires=(("transformers", ">=4.56,<5"),),
+            fingerprints=("c8160923e43e",),  # one source, copied into each of these models
+            reason=f"{block}.moe (4.x) loops over every expert and skips those no token picked with `if "
+            "token_indices.numel() > 0`: a data-dependent guard (u0 > 0). Every expert on every token instead, "
+            "weighted by the router's top-k weights scattered densely.",
+        )
+        for model, block in (("deepseek_v3", "DeepseekV3MoE"), ("dots1", "Dots1MoE"), ("glm4_moe", "Glm4MoeMoE"))
     ),
     PatchSpec(
         id="transformers.moe.gpt_oss",

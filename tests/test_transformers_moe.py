@@ -10,13 +10,30 @@ import autopatch
 import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
-from autopatch.patches import transformers_moe
 from conftest import requires
 
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, vocab_size=128, max_position_embeddings=256)
-MOE_IDS = {"mixtral": "transformers.moe.mixtral", "qwen3_moe": "transformers.moe.qwen3_moe",
-           "gpt_oss": "transformers.moe.gpt_oss"}
+MOE_IDS = {name: f"transformers.moe.{name}"
+           for name in ("mixtral", "minimax", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v3", "dots1", "glm4_moe")}
+# DeepSeek-style routing (4 routed experts in one group, a shared expert), every layer sparse.
+DEEPSEEK = dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                first_k_dense_replace=0, n_group=1, topk_group=1)
+CONFIGS = {
+    "mixtral": ("Mixtral", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "minimax": ("MiniMax", dict(num_local_experts=4, num_experts_per_tok=2,
+                                layer_types=["full_attention", "full_attention"])),
+    "qwen2_moe": ("Qwen2Moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                   shared_expert_intermediate_size=32, decoder_sparse_step=1)),
+    "qwen3_moe": ("Qwen3Moe", dict(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                                   decoder_sparse_step=1, mlp_only_layers=[])),
+    "gpt_oss": ("GptOss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
+                               layer_types=["sliding_attention", "full_attention"])),
+    "deepseek_v3": ("DeepseekV3", dict(DEEPSEEK, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, head_dim=8,
+                                       qk_nope_head_dim=8, v_head_dim=12, num_key_value_heads=4)),
+    "dots1": ("Dots1", DEEPSEEK),
+    "glm4_moe": ("Glm4Moe", DEEPSEEK),
+}
 # The failure (and so the patches) exists on transformers 4.x only, measured on 4.57.6; 5.23 exports these.
 MODELS = [pytest.param(name, marks=requires("transformers<5")) for name in MOE_IDS]
 # On 5.x the patches must report themselves skipped by their version gate.
@@ -24,19 +41,10 @@ SKIPPED_ON_5 = [pytest.param(patch_id, marks=requires("transformers>=5")) for pa
 
 
 def _build(name):
-    if name == "mixtral":
-        config = transformers.MixtralConfig(**TEXT, num_local_experts=4, num_experts_per_tok=2)
-        cls = transformers.MixtralForCausalLM
-    elif name == "qwen3_moe":
-        config = transformers.Qwen3MoeConfig(**TEXT, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-                                             decoder_sparse_step=1, mlp_only_layers=[])
-        cls = transformers.Qwen3MoeForCausalLM
-    else:
-        config = transformers.GptOssConfig(**TEXT, num_local_experts=4, num_experts_per_tok=2, sliding_window=64,
-                                           layer_types=["sliding_attention", "full_attention"])
-        cls = transformers.GptOssForCausalLM
+    prefix, extra = CONFIGS[name]
+    config = getattr(transformers, f"{prefix}Config")(**{**TEXT, **extra})
     torch.manual_seed(0)
-    return cls(config).eval(), config
+    return getattr(transformers, f"{prefix}ForCausalLM")(config).eval(), config
 
 
 def _private_agent(ids=()):
@@ -94,7 +102,7 @@ def test_exported_decode_step_matches_eager_at_other_sizes(agent, name):
 
 def _moe_block(model, name):
     layer = model.model.layers[0]
-    if name == "mixtral":
+    if name in ("mixtral", "minimax"):
         return layer.block_sparse_moe
     return layer.mlp.experts if name == "gpt_oss" else layer.mlp
 
@@ -106,29 +114,34 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
     with torch.no_grad():
         before = model(**zoo.copy_inputs(traced)).logits
     block = _moe_block(model, name)
-    original = type(block).forward
+    method = next(s for s in registry.PATCHES if s.id == MOE_IDS[name]).target.rpartition(".")[2]
+    original = getattr(type(block), method)
     own = _private_agent([MOE_IDS[name]])
     try:
-        assert type(block).forward is not original  # the router is in place...
+        assert getattr(type(block), method) is not original  # the router is in place...
         with torch.no_grad():
             after = model(**zoo.copy_inputs(traced)).logits
         assert torch.equal(after, before)  # ...and outside export it runs the original, bit for bit
     finally:
         own.disable()
-    assert type(block).forward is original
+    assert getattr(type(block), method) is original
     # The replacement itself, called directly, computes what the sparse loop computes (many tokens: every
     # expert is hit, some tokens pick the same pair).
     hidden = torch.randn(3, 11, config.hidden_size, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
+        spec = next(s for s in registry.PATCHES if s.id == MOE_IDS[name])
+        replacement = spec.resolve_replacement()
         if name == "gpt_oss":
             scores, indices = model.model.layers[0].mlp.router(hidden)
             expected = block(hidden, router_indices=indices, routing_weights=scores)
-            got = transformers_moe.gpt_oss_experts_forward(block, hidden, router_indices=indices,
-                                                           routing_weights=scores)
+            got = replacement(block, hidden, router_indices=indices, routing_weights=scores)
+        elif spec.target.endswith(".moe"):  # DeepSeek-style: the patched method takes the router's choice
+            topk_indices, topk_weights = block.gate(hidden)
+            tokens = hidden.view(-1, hidden.shape[-1])
+            expected = block.moe(tokens, topk_indices, topk_weights)
+            got = replacement(block, tokens, topk_indices, topk_weights)
         else:
             expected = block(hidden)
-            replacement = {"mixtral": transformers_moe.mixtral_sparse_moe_forward,
-                           "qwen3_moe": transformers_moe.qwen3_moe_sparse_moe_forward}[name]
             got = replacement(block, hidden)
     if isinstance(expected, tuple):
         torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)  # router logits: the same op

@@ -219,3 +219,30 @@ def test_spec_fingerprints_match_the_installer():
 
     current = getattr(rope_utils.dynamic_rope_update, "__autopatch_original__", rope_utils.dynamic_rope_update)
     assert fingerprint.of(current) in spec.fingerprints
+
+
+def _phi3_longrope(batch_sizes):
+    """Phi-3 with longrope: short factors up to 8 positions, long ones past it (4.x branches on that in Python)."""
+    half = 8  # head_dim 16
+    rope = {"type": "longrope", "short_factor": [1.0] * half, "long_factor": [1.0 + i / 4 for i in range(half)]}
+    config = transformers.Phi3Config(**zoo.COMMON, max_position_embeddings=64, original_max_position_embeddings=8,
+                                     rope_scaling=rope, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.Phi3ForCausalLM(config).eval()
+    return model, config, [decode(model, config, *sizes) for sizes in batch_sizes]
+
+
+@pytest.mark.requires("transformers<5")
+def test_longrope_decode_fails_without_the_patch_on_4x(without_patch):
+    model, _, (traced, other) = _phi3_longrope([(2, 6, 3, 1), (3, 9, 2, 2)])
+    with pytest.raises(Exception, match="data-dependent"):
+        _export(model, traced, other)
+
+
+@pytest.mark.requires("transformers<5")
+def test_longrope_decode_exports_across_the_original_length_on_4x(with_patch):
+    # traced ending at position 9 (long factors), run ending at 5 (short) and 20 (long)
+    model, _, (traced, other, short, long) = _phi3_longrope([(2, 6, 3, 1), (3, 9, 2, 2), (1, 3, 2, 3), (2, 15, 5, 4)])
+    program = _export(model, traced, other)
+    _check(program, model, [short, long])
+    assert with_patch.records[PATCH].hits > 0

@@ -28,11 +28,13 @@ def _dense_routing(router_logits, top_k: int, normalize: bool, dtype):
     return dense.scatter(1, top_experts, top_weights)
 
 
-def _all_experts(experts, tokens, weights):
-    """Sum over every expert of ``expert(tokens) * weight``: a fixed number of calls, whatever the routing."""
-    total = torch.zeros_like(tokens)
+def _all_experts(experts, tokens, weights, dtype=None):
+    """Sum over every expert of ``expert(tokens) * weight``: a fixed number of calls, whatever the routing.
+    ``dtype``: the accumulation type (the 4.x DeepSeek blocks sum in the routing weights' type)."""
+    dtype = dtype or tokens.dtype
+    total = torch.zeros(tokens.shape, dtype=dtype, device=tokens.device)
     for index, expert in enumerate(experts):
-        total = total + (expert(tokens) * weights[:, index, None]).to(tokens.dtype)
+        total = total + (expert(tokens) * weights[:, index, None]).to(dtype)
     return total
 
 
@@ -56,6 +58,28 @@ def qwen3_moe_sparse_moe_forward(self, hidden_states: torch.Tensor):
     weights = _dense_routing(router_logits, self.top_k, normalize=self.norm_topk_prob, dtype=tokens.dtype)
     output = _all_experts(self.experts, tokens, weights)
     return output.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+
+def qwen2_moe_sparse_moe_forward(self, hidden_states: torch.Tensor):
+    """Qwen2MoeSparseMoeBlock.forward (4.x; Qwen3NextSparseMoeBlock has the same source): every expert on every
+    token, then the shared expert behind its sigmoid gate, as the original adds it."""
+    batch_size, sequence_length, hidden_dim = hidden_states.shape
+    tokens = hidden_states.view(-1, hidden_dim)
+    router_logits = self.gate(tokens)
+    weights = _dense_routing(router_logits, self.top_k, normalize=self.norm_topk_prob, dtype=tokens.dtype)
+    output = _all_experts(self.experts, tokens, weights)
+    shared = F.sigmoid(self.shared_expert_gate(tokens)) * self.shared_expert(tokens)
+    return (output + shared).reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+
+def deepseek_moe(self, hidden_states: torch.Tensor, topk_indices: torch.Tensor, topk_weights: torch.Tensor):
+    """DeepseekV3MoE.moe (4.x; Dots1MoE, Glm4MoeMoE... have the same source). The original loops over every
+    expert but skips those no token picked (``if token_indices.numel() > 0``: a data-dependent guard); here
+    every expert runs on every token, weighted by the router's top-k weights scattered densely."""
+    weights = torch.zeros(
+        (hidden_states.shape[0], len(self.experts)), dtype=topk_weights.dtype, device=hidden_states.device
+    ).scatter(1, topk_indices, topk_weights)
+    return _all_experts(self.experts, hidden_states, weights, dtype=topk_weights.dtype).type(hidden_states.dtype)
 
 
 def gpt_oss_experts_forward(self, hidden_states: torch.Tensor, router_indices=None, routing_weights=None):

@@ -1,5 +1,5 @@
-"""Dynamic RoPE (``rope_type="dynamic"``) under torch.export, for every model that uses transformers'
-``modeling_rope_utils.dynamic_rope_update`` decorator (no model class is named).
+"""Dynamic RoPE (``rope_type="dynamic"``, and on transformers 4.x ``"longrope"``) under torch.export, for every
+model that uses transformers' ``modeling_rope_utils.dynamic_rope_update`` decorator (no model class is named).
 
 The decorator's ``dynamic_frequency_update`` tests ``seq_len = max(position_ids) + 1``, a tensor, in Python
 ``if`` statements (grow past the cached length, reset below the original length) and re-registers
@@ -52,6 +52,17 @@ def _dynamic_inv_freq(self, x, position_ids, layer_type, rope_type, init_fn):
     return f"{prefix}inv_freq", inv_freq
 
 
+def _longrope_inv_freq(self, x, position_ids):
+    """transformers 4.x longrope: short-factor frequencies up to the original length, long-factor past it, chosen
+    with torch.where (what 5.x does itself) instead of a Python if that re-registers inv_freq."""
+    config = self.config
+    original_max = getattr(config, "original_max_position_embeddings", None) or config.max_position_embeddings
+    original = self.original_inv_freq.to(x.device)
+    long_inv_freq, _ = self.rope_init_fn(config, x.device, seq_len=original_max + 1)
+    seq_len = torch.max(position_ids) + 1
+    return "inv_freq", torch.where(seq_len > original_max, long_inv_freq.to(original.dtype), original)
+
+
 def _make_wrapper(rope_forward, original_wrapper, init_functions, per_type: bool):
     """``per_type``: transformers 5 (``layer_type`` argument, ``ROPE_INIT_FUNCTIONS``); 4.x uses
     ``self.rope_init_fn`` like its own update does."""
@@ -60,10 +71,15 @@ def _make_wrapper(rope_forward, original_wrapper, init_functions, per_type: bool
     def wrapper(self, x, position_ids, *args, **kwargs):
         layer_type = kwargs.get("layer_type", args[0] if args else None)
         rope_type = self.rope_type if layer_type is None else self.rope_type[layer_type]
-        if "dynamic" not in rope_type or not scope.use_patch(PATCH_ID):
+        # 5.x selects longrope frequencies with torch.where already; 4.x branches in Python.
+        rewritten = "dynamic" in rope_type or (rope_type == "longrope" and not per_type)
+        if not rewritten or not scope.use_patch(PATCH_ID):
             return original_wrapper(self, x, position_ids, *args, **kwargs)
-        init_fn = init_functions[rope_type] if per_type else self.rope_init_fn
-        name, inv_freq = _dynamic_inv_freq(self, x, position_ids, layer_type, rope_type, init_fn)
+        if rope_type == "longrope":
+            name, inv_freq = _longrope_inv_freq(self, x, position_ids)
+        else:
+            init_fn = init_functions[rope_type] if per_type else self.rope_init_fn
+            name, inv_freq = _dynamic_inv_freq(self, x, position_ids, layer_type, rope_type, init_fn)
         saved = self._buffers[name]
         self._buffers[name] = inv_freq
         try:
