@@ -207,6 +207,16 @@ DECODERS = [
      dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
     ("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "moe",
      dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **SLIDING)),
+    ("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", "moe",
+     dict(num_local_experts=4, num_experts_per_tok=2, layer_types=["full_attention", "full_attention"])),
+    ("dots1", "Dots1Config", "Dots1ForCausalLM", "moe",
+     dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+          first_k_dense_replace=0, n_group=1, topk_group=1)),
+    ("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM", "moe",
+     dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+          first_k_dense_replace=0, n_group=1, topk_group=1)),
+    # Sliding layers only (no full-attention layer to take the length from), decoded past the window.
+    ("mistral_sliding", "MistralConfig", "MistralForCausalLM", "decoder", dict(sliding_window=4)),
     # MLA (keys and values of different head dims); dense layers and MoE layers.
     ("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", "moe",
      dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
