@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from . import config, doors, state, versions
+from . import config, doors, state
 
 # Run in a child interpreter by `status --probe`: imports every module a selected patch waits for, so that
 # the states are the ones a real program would get (applied, drifted, failed...), then prints the status.
@@ -109,7 +109,7 @@ def _diff(args) -> int:
     import fnmatch
 
     from .agent import AGENT
-    from .diffs import format_diff
+    from .diffs import format_entry
 
     specs = [r.spec for r in AGENT.records.values()]
     chosen = [s for s in specs if any(fnmatch.fnmatchcase(s.id, p) for p in args.patterns)]
@@ -118,15 +118,7 @@ def _diff(args) -> int:
               file=sys.stderr)
         return 2
     for spec in chosen:
-        # A patch for another version would be diffed against code it never patches: say so instead.
-        why = versions.unmet(spec.requires)
-        if not why:
-            try:
-                print(format_diff(spec, args.format))
-                continue
-            except Exception as exc:  # the target is missing although the version matches
-                why = f"{type(exc).__name__}: {exc}"
-        print(f"{spec.family}: {spec.target_name} -> {spec.replacement}\nno diff here: {why}\n")
+        print(format_entry(spec, args.format))
     return 0
 
 

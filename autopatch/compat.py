@@ -49,20 +49,29 @@ class PatchInfo:
 
 
 class PatchDetails:
-    """What a compat context manager yields."""
+    """What a compat context manager yields. Inside the block it reports the live state (a patch installs when its
+    module is imported); when the block ends it keeps the patches that were installed, so that listing them,
+    their diffs and graph attribution still work after the patches are gone, as the anchors' objects do."""
 
     def __init__(self, agent):
         self._agent = agent
+        self._kept = None
 
     def _records(self):
+        if self._kept is not None:
+            return self._kept
         return [r for r in self._agent.records.values() if r.spec.id in self._agent.selection.ids]
+
+    def _freeze(self) -> None:
+        self._kept = [r for r in self._records() if r.state in state.INSTALLED]
 
     @property
     def n_patches(self) -> int:
-        return sum(1 for r in self._records() if r.state in state.INSTALLED)
+        return sum(1 for _ in self)
 
     def __iter__(self):
-        return iter([r for r in self._records() if r.state in state.INSTALLED])
+        records = self._records()
+        return iter(records if self._kept is not None else [r for r in records if r.state in state.INSTALLED])
 
     def __len__(self) -> int:
         return self.n_patches
@@ -88,7 +97,11 @@ def _patched(selection_text: str, extra_patches=()):
     import autopatch
 
     with autopatch.patched(selection_text, extra_patches=extra_patches or ()) as agent:
-        yield PatchDetails(agent)
+        details = PatchDetails(agent)
+        try:
+            yield details
+        finally:
+            details._freeze()  # before patched() takes the patches out
 
 
 def torch_export_patches(patch_sympy=True, patch_torch=True, patch_transformers=False, stop_if_static=0,

@@ -49,14 +49,32 @@ def format_diff(spec, format: str = "raw") -> str:
             "wraps (does not rewrite code): calling it turns the export scope on for the calling thread, so that "
             "route patches use their replacements for the duration of the call.\n"
         )
-    text = f"{header}\n{body}"
+    return _render(spec, header, body, format, "diff" if spec.mode == "route" else "text")
+
+
+def format_entry(spec, format: str = "raw") -> str:
+    """``format_diff`` where the patch applies to the installed versions; elsewhere its header and why not (a
+    diff against code the patch never touches would mislead)."""
+    from .versions import unmet
+
+    why = unmet(spec.requires)
+    if not why:
+        try:
+            return format_diff(spec, format)
+        except Exception as exc:  # the target is missing although the versions match
+            why = f"{type(exc).__name__}: {exc}"
+    header = f"{spec.family}: {spec.target_name} -> {spec.replacement or '(export scope entry)'}"
+    return _render(spec, header, f"no diff here: {why}\n", format, "text")
+
+
+def _render(spec, header: str, body: str, format: str, language: str) -> str:
     if format == "raw":
-        return text
+        return f"{header}\n{body}"
     title = spec.id
     indented = textwrap.indent(body, "    ")
     return (
         f".. _l-patch-{spec.id.replace('.', '-')}:\n\n{title}\n{'=' * len(title)}\n\n{spec.reason}\n\n"
-        f"``{header}``\n\n.. code-block:: {'diff' if spec.mode == 'route' else 'text'}\n\n{indented}\n"
+        f"``{header}``\n\n.. code-block:: {language}\n\n{indented}\n"
     )
 
 

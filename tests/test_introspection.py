@@ -135,3 +135,60 @@ def test_onnx_diagnostic_style_context_exports_the_example(agent):
     assert not agent.active
     with torch_export_patches(patch=False) as f:
         assert f.n_patches == 0
+
+
+def test_generated_docs_pages_list_every_patch_with_its_diff():
+    """docs/patches-transformers-<version>.rst (scripts/docs_patches.sh): a section per patch; on the page of the
+    installed version, a diff for every patch that applies here."""
+    import transformers
+
+    from autopatch import versions
+
+    pages = sorted((REPO / "docs").glob("patches-transformers-*.rst"))
+    assert {p.name for p in pages} >= {"patches-transformers-5.23.0.rst", "patches-transformers-4.57.6.rst"}
+    for page in pages:
+        text = page.read_text()
+        for spec in registry.EXPORT_ENTRY_POINTS + registry.PATCHES:
+            assert f".. _l-patch-{spec.id.replace('.', '-')}:\n\n{spec.id}\n" in text, (page.name, spec.id)
+    here = (REPO / "docs" / f"patches-transformers-{transformers.__version__}.rst").read_text()
+    for spec in registry.PATCHES:
+        section = here.split(f".. _l-patch-{spec.id.replace('.', '-')}:")[1].split(".. _l-patch-")[0]
+        if spec.mode == "route" and not versions.unmet(spec.requires):
+            assert ".. code-block:: diff" in section and "\n    +" in section, spec.id
+        elif versions.unmet(spec.requires):
+            assert "no diff here: needs " in section, spec.id
+
+
+def test_yobx_broadcast_example_runs_with_only_the_import_changed(agent):
+    """The seed's apply_patches_for_model walk-through (x + y with independent dims under backed_size_oblivious:
+    export, list the patches, show their diffs, attribute graph nodes, make a report), with a module of ours in
+    place of yobx's TinyBroadcastAddModel."""
+
+    class TinyBroadcastAddModel(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    model = TinyBroadcastAddModel()
+    inputs = {"x": torch.randn(2, 3), "y": torch.randn(2, 3)}
+    dyn = torch.export.Dim.DYNAMIC
+    dynamic_shapes = {"x": {0: dyn, 1: dyn}, "y": {0: dyn, 1: dyn}}
+    with (
+        torch.fx.experimental._config.patch(backed_size_oblivious=True),
+        apply_patches_for_model(patch_torch=True) as details,
+    ):
+        ep = torch.export.export(model, (), kwargs=inputs, dynamic_shapes=dynamic_shapes)
+    # As in the seed: the patches are removed on exit, what they were stays readable.
+    listed = [(patch.family, patch.name) for patch in details]
+    diffs = {patch.name: patch.format_diff(format="raw").splitlines() for patch in details}
+    pairs = details.patches_involved_in_graph(ep.graph)
+    report = details.make_report(pairs, format="raw")
+    assert details.n_patches == len(listed) >= 2 and all(family == "torch" for family, _ in listed)
+    assert ("torch", "torch.broadcast.infer_size") in listed
+    assert diffs["torch.broadcast.infer_size"][1:3] == [
+        "--- original torch._subclasses.fake_impls.infer_size", "+++ patched autopatch.patches.torch_shapes:infer_size"]
+    # Four independent symbols: the program takes (1, 3) + (4, 3) and (4, 5) + (4, 1), as eager does.
+    for x, y in (((1, 3), (4, 3)), ((4, 5), (4, 1))):
+        a, b = torch.randn(x), torch.randn(y)
+        torch.testing.assert_close(ep.module()(x=a, y=b), model(a, b))
+    assert report.endswith("\n")
+    assert not agent.active and torch._subclasses.fake_impls.infer_size.__name__ == "infer_size"
