@@ -419,5 +419,17 @@ PATCHES = (
         "(guard Ne(u0, 2048)); under export the same condition is a torch._check_tensor_all (a runtime "
         "assertion), as 5.x does.",
     ),
+    PatchSpec(
+        id="transformers.vision.gemma3_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.gemma3.modeling_gemma3",
+        target="Gemma3Model.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.patches.transformers_vision:llava_placeholder_mask",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("5d873236af34",),  # the same source as Llava's
+        reason="Gemma3's VLM (4.x) has Llava's placeholder check (guard Ne(u0, 512)): the same replacement. 5.x "
+        "exports Gemma3ForConditionalGeneration as it is.",
+    ),
     # --- end of MoE and vision-language models ---
 )

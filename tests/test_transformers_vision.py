@@ -137,3 +137,65 @@ def test_placeholder_patch_is_skipped_on_transformers_5(agent, patch_id):
         assert record.detail == f"needs transformers>=4.56,<5, found {transformers.__version__}"
     finally:
         own.disable()
+
+
+# Gemma3's VLM: SigLIP tower, 4 image tokens per image (16 px images, 4 px patches pooled to 2x2).
+GEMMA3_IMAGE = 299
+GEMMA3_MASK = "transformers.vision.gemma3_placeholder_mask"
+
+
+def _gemma3():
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, image_size=16, patch_size=4)
+    text = transformers.Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=4,
+                                         layer_types=["sliding_attention", "full_attention"])
+    config = transformers.Gemma3Config(vision_config=vision, text_config=text, mm_tokens_per_image=4,
+                                       image_token_index=GEMMA3_IMAGE, boi_token_index=297, eoi_token_index=298)
+    torch.manual_seed(0)
+    return transformers.Gemma3ForConditionalGeneration(config).eval()
+
+
+def _gemma3_prefill(batch, text_len, seed):
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(0, 290, (batch, text_len), generator=g)
+    ids = torch.cat([text[:, :1], torch.full((batch, 4), GEMMA3_IMAGE), text[:, 1:]], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
+
+
+def _gemma3_export(model):
+    traced, other = _gemma3_prefill(2, 5, 1), _gemma3_prefill(3, 7, 2)
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=traced, dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+
+
+def _gemma3_runs_match(model, program):
+    for inputs in (_gemma3_prefill(1, 3, 3), _gemma3_prefill(4, 8, 4)):
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
+
+
+@pytest.mark.requires("transformers<5")
+def test_gemma3_vlm_needs_the_placeholder_patch_on_4x(make_agent):
+    model = _gemma3()
+    pytree_only = [s for s in registry.PATCHES if s.family == "pytree"]
+    own = make_agent(pytree_only)
+    with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
+        _gemma3_export(model)
+    own.disable()
+    make_agent(pytree_only + [s for s in registry.PATCHES if s.id == GEMMA3_MASK])
+    program = _gemma3_export(model)
+    assert autopatch.last_export_report()["patches"][GEMMA3_MASK] == 1
+    _gemma3_runs_match(model, program)
+    bad = _gemma3_prefill(2, 6, 5)
+    bad["input_ids"][:, 1] = 0  # one placeholder less per image: the runtime check still refuses it
+    with pytest.raises(Exception):
+        program.module()(**bad)
+
+
+@pytest.mark.requires("transformers>=5")
+def test_gemma3_vlm_exports_with_the_cache_registration_alone_on_5x(make_agent):
+    model = _gemma3()
+    make_agent([s for s in registry.PATCHES if s.family == "pytree"])
+    _gemma3_runs_match(model, _gemma3_export(model))
