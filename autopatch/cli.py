@@ -59,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `autopatch diff '*' | head`: the reader left, which is not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv) -> int:
     args = _parser().parse_args(argv)
     if args.command == "status":
         return _status(args)

@@ -15,8 +15,11 @@ Route patches: eager code keeps the originals.
 
 from __future__ import annotations
 
+import functools
+
 import torch
-from transformers.models.llava import modeling_llava as _llava
+
+from ..versions import installed
 
 
 def _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy):
@@ -87,14 +90,32 @@ def _image_features_v4(
     return _one_tensor(image_features)
 
 
-if hasattr(_llava, "select_hidden_states"):
+@functools.lru_cache(maxsize=None)
+def _image_features_for_installed_version():
+    """Built at the first call, when modeling_llava is fully imported. Importing it when this module loads would
+    run llava's own post-import hook while this module is half initialised (another VLM's hook, e.g. Gemma3's,
+    may be what loads this module)."""
+    from transformers.models.llava import modeling_llava as llava
+
+    if not hasattr(llava, "select_hidden_states"):
+        return _image_features_v4
     # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision tower
     # for the selected hidden states only and honour return_dict; the replacement gets the same wrappers.
-    llava_image_features = _llava.merge_with_config_defaults(
-        _llava.can_return_tuple(_llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
+    return llava.merge_with_config_defaults(
+        llava.can_return_tuple(llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
     )
-else:
-    llava_image_features = _image_features_v4
+
+
+def llava_image_features(self, *args, **kwargs):
+    """LlavaModel.get_image_features for the installed transformers (4.x or 5.x above)."""
+    return _image_features_for_installed_version()(self, *args, **kwargs)
+
+
+# What `autopatch diff` shows (inspect follows __wrapped__): the body for the installed version, chosen from the
+# package metadata without importing transformers.
+llava_image_features.__wrapped__ = (
+    _image_features_v4 if (installed("transformers") or "5").startswith("4.") else _image_features_v5
+)
 
 
 def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
