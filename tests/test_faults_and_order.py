@@ -131,3 +131,27 @@ print(first.records["pytree.dynamic_cache"].state, second.records["pytree.static
     out = run_py(code)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout == "pending pending\napplied applied\n"
+
+
+def test_every_patch_for_another_version_is_skipped_and_names_the_version():
+    """The version gate of every shipped patch, read from metadata before any import: on this interpreter's
+    versions each default patch is either armed (pending) or skipped with 'needs <requirement>, found <version>'."""
+    code = """
+import json
+from autopatch import registry, versions
+from autopatch.agent import Agent
+agent = Agent(registry.EXPORT_ENTRY_POINTS, registry.PATCHES)
+agent.enable(",".join(s.id for s in registry.PATCHES))
+print(json.dumps({s.id: [agent.records[s.id].state, agent.records[s.id].detail, versions.unmet(s.requires)]
+                  for s in registry.PATCHES}))
+"""
+    out = run_py(code)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    states = json.loads(out.stdout)
+    skipped = {i for i, (state, _, why) in states.items() if why}
+    assert skipped, "every CI version has patches for the other one"
+    for patch_id, (state, detail, why) in states.items():
+        if why:
+            assert state == "skipped" and detail == why and ", found " in why, (patch_id, state, detail)
+        else:
+            assert state == "pending", (patch_id, state, detail)

@@ -10,7 +10,7 @@ import transformers
 from packaging.version import Version
 
 import autopatch
-from autopatch import registry, state
+from autopatch import registry
 from autopatch.agent import Agent
 from conftest import requires
 
@@ -28,8 +28,6 @@ if TF4:  # transformers 4.57.6
                ((MASK,), "specialized it to be a constant")]
 else:  # transformers 5.23.0
     WITHOUT = [((), "specialized it to be a constant")]
-# transformers 5.x checks the placeholder count with torch_compilable_check already: the 4.x patch is skipped.
-SKIPPED_ON_5 = [pytest.param(MASK, marks=requires("transformers>=5"))]
 
 
 def _build():
@@ -127,16 +125,6 @@ def test_eager_is_unchanged_and_the_features_concatenate_the_same(agent):
         mask = transformers_vision.llava_placeholder_mask(llava, OTHER["input_ids"], embeds, features)
         assert torch.equal(mask, llava.get_placeholder_mask(OTHER["input_ids"], embeds, features))
 
-
-@pytest.mark.parametrize("patch_id", SKIPPED_ON_5)
-def test_placeholder_patch_is_skipped_on_transformers_5(agent, patch_id):
-    own = _private_agent([patch_id])
-    try:
-        record = own.records[patch_id]
-        assert record.state == state.SKIPPED
-        assert record.detail == f"needs transformers>=4.56,<5, found {transformers.__version__}"
-    finally:
-        own.disable()
 
 
 # Gemma3's VLM: SigLIP tower, 4 image tokens per image (16 px images, 4 px patches pooled to 2x2).
