@@ -126,3 +126,24 @@ def test_prefill_output_needs_the_patch():
 
     with pytest.raises(Exception):
         torch.export.export(Prefill(), (torch.randint(0, 128, (2, 6)),))
+
+
+def test_shapes_collection_keyed_by_the_cache_tensors(patched):
+    """torch.export.ShapesCollection: dims given per tensor object, the cache's included; torch turns them into a
+    dynamic_shapes structure through the registered flattening."""
+    model, config = train_export.tiny_llama()
+    traced = train_export.decode_inputs(config, 2, 3, 5)
+    shapes = torch.export.ShapesCollection()
+    shapes[traced["input_ids"]] = {0: DYN, 1: DYN}
+    shapes[traced["attention_mask"]] = {0: DYN, 1: DYN}
+    for layer in traced["past_key_values"].layers:
+        shapes[layer.keys] = {0: DYN, 2: DYN}
+        shapes[layer.values] = {0: DYN, 2: DYN}
+    spec = shapes.dynamic_shapes(model, (), traced)
+    assert spec["past_key_values"] == _decode_shapes(config.num_hidden_layers)["past_key_values"]
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=traced, dynamic_shapes=spec)
+        inputs = train_export.decode_inputs(config, 3, 1, 8)
+        expected = model(**train_export.decode_inputs_copy(inputs))
+        got = program.module()(**train_export.decode_inputs_copy(inputs))
+    torch.testing.assert_close(got.logits, expected.logits)
