@@ -10,6 +10,7 @@ PNG is skipped with a message and the markdown is still written.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -157,6 +158,31 @@ def overhead_section(data: dict) -> list:
     return lines
 
 
+def export_time_section(coverage: list) -> list:
+    """Export wall time per column, on the cases every available column exports: from the coverage runs' own
+    export_seconds (same process layout for every column: a forked child of a warmed-up server)."""
+    lines = ["### Export wall time on the cases every tool passes", "",
+             "From the coverage runs above (each case's `torch.export.export` call alone, in its own forked child): "
+             "the cases where every column that could run exported and matched eager; median seconds per column and "
+             "the median of the per-case ratios to autopatch.", "",
+             "| transformers | cases | column | median export | median ratio to autopatch |", "| --- | --- | --- | --- | --- |"]
+    for data in coverage:
+        columns = [c for c in data["columns"] if c != "none"]
+        usable = [c for c in columns
+                  if any(case["results"][c]["status"] not in ("unavailable", "n/a") for case in data["cases"])]
+        common = [case for case in data["cases"] if all(case["results"][c]["status"] == "ok" for c in usable)]
+        if not common or "autopatch" not in usable:
+            continue
+        for column in usable:
+            seconds = [case["results"][column]["export_seconds"] for case in common]
+            ratios = [case["results"][column]["export_seconds"] / case["results"]["autopatch"]["export_seconds"]
+                      for case in common]
+            lines.append(f"| {data['meta']['transformers']} | {len(common)} | {TITLES.get(column, column)} | "
+                         f"{statistics.median(seconds):.2f} s | **{statistics.median(ratios):.2f}** |")
+    lines.append("")
+    return lines
+
+
 def startup_section(data: dict) -> list:
     meta, cases = data["meta"], data["cases"]
     lines = ["### Interpreter start-up", "",
@@ -263,6 +289,8 @@ def main(argv=None) -> None:
                 lines += sweep_section(sweep)
     if overhead.exists():
         lines += overhead_section(json.loads(overhead.read_text()))
+    if coverage:
+        lines += export_time_section(coverage)
     if (RESULTS / "startup.json").exists():
         lines += startup_section(json.loads((RESULTS / "startup.json").read_text()))
     (DOCS / "coverage.md").write_text("\n".join(lines) + "\n")
