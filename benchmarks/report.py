@@ -257,7 +257,7 @@ def main(argv=None) -> None:
     if overhead.exists():
         steps["overhead"] = json.loads(overhead.read_text())["meta"]["seconds"]
     if steps:
-        lines += [f"From the results files below, its steps take on 2 cores: " + ", ".join(
+        lines += ["From the results files below, its steps take on 2 cores: " + ", ".join(
             f"{k} {v / 60:.1f} min" for k, v in steps.items()) + f": about **{sum(steps.values()) / 60:.0f} min**."]
     lines += ["",
               "Each case is a tiny model built from a config (random weights, nothing downloaded) and three input "

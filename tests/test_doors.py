@@ -1,6 +1,5 @@
 """Every door, for real: fresh interpreters, the installed .pth, the sitecustomize template, `autopatch run`."""
 
-import json
 import subprocess
 import sys
 

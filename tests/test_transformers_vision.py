@@ -12,7 +12,6 @@ from packaging.version import Version
 import autopatch
 from autopatch import registry
 from autopatch.agent import Agent
-from conftest import requires
 
 TF4 = Version(transformers.__version__) < Version("5")
 FEATURES = "transformers.vision.llava_image_features"
