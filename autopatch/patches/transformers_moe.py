@@ -38,38 +38,35 @@ def _all_experts(experts, tokens, weights, dtype=None):
     return total
 
 
+def _routed_experts(self, hidden_states, normalize: bool):
+    """What the 4.x sparse blocks share: the gate, dense top-k weights, every expert on every token.
+    Returns ``(tokens [T, H], routed output [T, H], router_logits)``."""
+    tokens = hidden_states.view(-1, hidden_states.shape[-1])
+    router_logits = self.gate(tokens)
+    weights = _dense_routing(router_logits, self.top_k, normalize=normalize, dtype=tokens.dtype)
+    return tokens, _all_experts(self.experts, tokens, weights), router_logits
+
+
 def mixtral_sparse_moe_forward(self, hidden_states: torch.Tensor):
     """MixtralSparseMoeBlock.forward (4.x) with every expert applied to every token."""
-    batch_size, sequence_length, hidden_dim = hidden_states.shape
     if self.training and self.jitter_noise > 0:
         hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
-    tokens = hidden_states.view(-1, hidden_dim)
-    router_logits = self.gate(tokens)
-    weights = _dense_routing(router_logits, self.top_k, normalize=True, dtype=tokens.dtype)
-    output = _all_experts(self.experts, tokens, weights)
-    return output.reshape(batch_size, sequence_length, hidden_dim), router_logits
+    _, output, router_logits = _routed_experts(self, hidden_states, normalize=True)
+    return output.reshape(hidden_states.shape), router_logits
 
 
 def qwen3_moe_sparse_moe_forward(self, hidden_states: torch.Tensor):
     """Qwen3MoeSparseMoeBlock.forward (4.x) with every expert applied to every token."""
-    batch_size, sequence_length, hidden_dim = hidden_states.shape
-    tokens = hidden_states.view(-1, hidden_dim)
-    router_logits = self.gate(tokens)
-    weights = _dense_routing(router_logits, self.top_k, normalize=self.norm_topk_prob, dtype=tokens.dtype)
-    output = _all_experts(self.experts, tokens, weights)
-    return output.reshape(batch_size, sequence_length, hidden_dim), router_logits
+    _, output, router_logits = _routed_experts(self, hidden_states, normalize=self.norm_topk_prob)
+    return output.reshape(hidden_states.shape), router_logits
 
 
 def qwen2_moe_sparse_moe_forward(self, hidden_states: torch.Tensor):
     """Qwen2MoeSparseMoeBlock.forward (4.x; Qwen3NextSparseMoeBlock has the same source): every expert on every
     token, then the shared expert behind its sigmoid gate, as the original adds it."""
-    batch_size, sequence_length, hidden_dim = hidden_states.shape
-    tokens = hidden_states.view(-1, hidden_dim)
-    router_logits = self.gate(tokens)
-    weights = _dense_routing(router_logits, self.top_k, normalize=self.norm_topk_prob, dtype=tokens.dtype)
-    output = _all_experts(self.experts, tokens, weights)
+    tokens, output, router_logits = _routed_experts(self, hidden_states, normalize=self.norm_topk_prob)
     shared = F.sigmoid(self.shared_expert_gate(tokens)) * self.shared_expert(tokens)
-    return (output + shared).reshape(batch_size, sequence_length, hidden_dim), router_logits
+    return (output + shared).reshape(hidden_states.shape), router_logits
 
 
 def deepseek_moe(self, hidden_states: torch.Tensor, topk_indices: torch.Tensor, topk_weights: torch.Tensor):
