@@ -3,8 +3,9 @@
 Two kinds of caches need this:
   * subclasses of a layered cache that keep state of their own next to ``layers`` (5.x ``MiniMaxCache`` keeps
     its linear-attention states in ``linear_cache``);
-  * transformers 4.x model-local caches, plain objects holding lists of tensors (``MambaCache``,
-    ``HybridMambaAttentionDynamicCache``, ``Lfm2HybridConvCache``...), which 5.x folded into DynamicCache.
+  * transformers 4.x model-local caches, plain objects holding lists of tensors (``MambaCache``; 5.x folded
+    these into DynamicCache). The 4.57 hybrid caches flatten the same way but are not registered: their models
+    fail later, in their own code (registry.py says which).
 
 Rule: an attribute that holds a tensor (directly or inside lists, tuples, dicts) is a child: its tensors are
 export inputs. Every other attribute (a flag, a kernel size, a dtype, the layer types) is structure and goes

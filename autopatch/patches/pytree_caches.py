@@ -376,7 +376,8 @@ def register_encoder_decoder_cache(module, name, cache_cls):
 
 
 def register_attribute_cache(module, name, cache_cls):
-    """transformers 4.x model-local caches (``MambaCache``, ``HybridMambaAttentionDynamicCache``...): plain
-    objects of tensor lists, flattened by attribute (cache_attributes)."""
+    """transformers 4.x model-local caches (``MambaCache``): plain objects of tensor lists, flattened by
+    attribute (cache_attributes). The hit counter is pytree.model_cache.<model>, named from the module as the
+    registry names the patch."""
     patch_id = f"pytree.model_cache.{module.__name__.rpartition('.modeling_')[2]}"
     return _register(cache_cls, cache_attributes.make_attribute_codec(cache_cls, patch_id))
