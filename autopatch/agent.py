@@ -56,13 +56,14 @@ class Agent:
             self.patches = [s for s in self.patches if s.id != patch_id]
 
     _plugins_loaded = False
+    _plugin_problems: list = []
 
     def _load_plugins(self) -> list[str]:
         """Third-party patches: entry points in the group ``autopatch.patches`` naming a sequence of PatchSpec.
         Loading imports only the module the entry point names (keep it light: specs are strings). A broken
         plugin is one problem line, and the rest loads."""
         if self._plugins_loaded:
-            return []
+            return list(self._plugin_problems)
         self._plugins_loaded = True
         from importlib import metadata
 
@@ -77,15 +78,33 @@ class Agent:
                     self.add(spec)
             except Exception as exc:
                 problems.append(f"plugin {point.name!r} ({point.value}) not loaded: {type(exc).__name__}: {exc}")
+        self._plugin_problems = problems  # repeated by every later enable(), so status keeps showing them
+        return problems
+
+    def _load_user_rewrites(self) -> list[str]:
+        """The rewrite patches EXPORT_PATCHES_REWRITE names, as read now (an earlier enable's that the variable
+        no longer names leave the table)."""
+        from .rewrite import user_targets
+
+        specs, problems = user_targets.specs_from(config.read("EXPORT_PATCHES_REWRITE"))
+        wanted = {spec.id for spec in specs}
+        for spec in list(self.patches):
+            if spec.id.startswith(user_targets.PREFIX) and spec.id not in wanted:
+                self.remove(spec.id)
+        for spec in specs:
+            if spec.id not in self.records:
+                self.add(spec)
         return problems
 
     def enable(self, text: str = "all") -> selection.Selection:
         with self._lock:
             if self.active:
                 self.disable()
-            for problem in self._load_plugins():
-                self._problem(problem)
+            loading = self._load_plugins() + self._load_user_rewrites()
             sel = selection.parse(text, self.patches)
+            # Problems loading patches (a broken plugin, a malformed EXPORT_PATCHES_REWRITE entry) show in status
+            # next to the selection's own.
+            sel.problems = tuple(loading) + sel.problems
             for problem in sel.problems:
                 self._problem(problem)
             self.selection = sel

@@ -36,6 +36,13 @@ VARIABLES = (
         "(entry point, thread, seconds, error, hits of every patch used).",
     ),
     EnvVar(
+        "EXPORT_PATCHES_REWRITE",
+        "",
+        "Your own functions whose tensor-condition `if` statements become `torch.cond` under export: a comma list "
+        "of `module:qualname` (`my_model:MyModel.forward`). Each is a patch `rewrite.user.<module>.<qualname>`, "
+        "installed when its module is imported.",
+    ),
+    EnvVar(
         "EXPORT_PATCHES_LOG",
         "",
         "Log level of the `autopatch` logger printed to stderr (`debug` shows every state change). Empty: "

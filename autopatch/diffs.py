@@ -41,6 +41,17 @@ def format_diff(spec, format: str = "raw") -> str:
                 tofile=f"patched {spec.replacement}",
             )
         )
+    elif spec.mode == "rewrite":
+        original = original_of(spec)
+        rewritten = spec.resolve_replacement()(original)  # the same text the installed patch compiled
+        body = "".join(
+            difflib.unified_diff(
+                _source(original).splitlines(keepends=True),
+                rewritten.__autopatch_source__.splitlines(keepends=True),
+                fromfile=f"original {spec.target_name}",
+                tofile=f"rewritten by {spec.replacement}",
+            )
+        )
     elif spec.mode == "install":
         module = importlib.import_module(spec.replacement.partition(":")[0])
         body = f"installs (does not rewrite code); what it installs:\n\n{inspect.cleandoc(module.__doc__ or '')}\n"
@@ -49,7 +60,7 @@ def format_diff(spec, format: str = "raw") -> str:
             "wraps (does not rewrite code): calling it turns the export scope on for the calling thread, so that "
             "route patches use their replacements for the duration of the call.\n"
         )
-    return _render(spec, header, body, format, "diff" if spec.mode == "route" else "text")
+    return _render(spec, header, body, format, "diff" if spec.mode in ("route", "rewrite") else "text")
 
 
 def format_entry(spec, format: str = "raw") -> str:

@@ -10,6 +10,7 @@ import inspect
 import traceback
 
 from . import fingerprint, scope, state
+from .rewrite.control_flow import NotRewritable
 from .spec import owner_and_name
 
 
@@ -66,6 +67,12 @@ def _swap(record, owner, name, raw):
             return None
     if spec.mode == "route":
         new = scope.make_router(original, spec.resolve_replacement(), record)
+    elif spec.mode == "rewrite":
+        try:
+            rewritten = spec.resolve_replacement()(original)
+        except NotRewritable as exc:  # e.g. the if it was written for is gone from this version
+            raise Skip(str(exc)) from None
+        new = scope.make_router(original, rewritten, record)
     else:
         new = scope.make_entry(original, record)
     new_raw = descriptor(new) if descriptor else new

@@ -17,7 +17,9 @@ import importlib
 #:    for the current thread (scope ``always``: the wrapper itself is always there, it only sets the flag).
 #:  - ``install``: the replacement is an installer ``fn(owner, name, original) -> undo`` that does its own work,
 #:    e.g. a pytree registration (scope ``always``: pytree registrations are process-wide by nature).
-MODES = ("route", "entry", "install")
+#:  - ``rewrite``: the replacement is a rewriter ``fn(original) -> function`` (``autopatch.rewrite``) run once at
+#:    install on the original's source; the result is routed like ``route`` (scope ``export``).
+MODES = ("route", "entry", "install", "rewrite")
 
 #: ``custom``: the family of patches users declare themselves when they give no other (``PatchInfo.make``).
 FAMILIES = ("agent", "torch", "transformers", "pytree", "rewrite", "custom")
@@ -55,7 +57,7 @@ class PatchSpec:
 
     @property
     def scope(self) -> str:
-        return "export" if self.mode == "route" else "always"
+        return "export" if self.mode in ("route", "rewrite") else "always"
 
     @property
     def target_name(self) -> str:

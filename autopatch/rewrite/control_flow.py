@@ -1,0 +1,280 @@
+"""Rewrites ``if`` statements with tensor conditions into ``torch.cond``, from the function's source.
+
+Which ``if`` statements: those whose test calls or compares something (``x.any()``, ``t.sum() > 0``...). A test
+made only of names, attributes, ``is``/``in`` checks, ``isinstance``/``hasattr``/``len``... is a Python value
+in practice and is left alone. A candidate is rewritten only when torch.cond can express it: its branches
+assign local variables and nothing else leaves them (no return, break, continue, raise, yield, del, global,
+nonlocal, attribute or item assignment, nested function or class), and every variable it hands on exists
+before the ``if`` or is assigned by both branches. Anything else stays as written, with the reason recorded.
+
+What the rewritten ``if`` does: the test is evaluated once (``and``/``or``/``not`` through helpers that keep
+Python's behaviour for Python values and combine tensors with logical ops). A tensor being traced goes to
+``torch.cond`` with the two branches as functions of the variables they assign; anything else (a bool, a
+SymBool, a real tensor) runs the original branches, unchanged. So the rewrite changes nothing where the
+condition is not a traced tensor.
+
+The branches run as closures, so they read the function's other variables freely. A branch must be free of
+Python side effects (``torch.cond`` traces both): the statement rules above exclude the common ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import linecache
+import textwrap
+
+PREFIX = "__autopatch_"
+RUNTIME = PREFIX + "rt"
+
+#: Calls whose result is a Python value, not a tensor: a test made of these is not rewritten.
+STATIC_CALLS = frozenset({"isinstance", "hasattr", "callable", "len", "getattr", "is_torchdynamo_compiling",
+                          "is_tracing", "is_compiling", "dim", "size", "numel", "type"})
+
+#: Statements a torch.cond branch cannot hold (control leaving the branch, or effects beyond its variables).
+FORBIDDEN = (ast.Return, ast.Break, ast.Continue, ast.Raise, ast.Yield, ast.YieldFrom, ast.Await, ast.Delete,
+             ast.Global, ast.Nonlocal, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+#: Nodes that open their own scope: names stored inside them are not the function's variables.
+SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.FunctionDef,
+          ast.AsyncFunctionDef, ast.ClassDef)
+
+
+class NotRewritable(Exception):
+    """The function has no ``if`` this rewriter can turn into torch.cond; the message says why for each."""
+
+
+def rewrite_tensor_conditions(function):
+    """A copy of ``function`` whose tensor-condition ``if`` statements use torch.cond.
+
+    The copy shares the original's globals, closure cells, defaults and metadata. Its generated source is
+    ``__autopatch_source__`` (also in linecache, so tracebacks and torch's stack traces show it) and the
+    lines of the rewritten ``if`` statements in the original file are ``__autopatch_rewritten__``.
+    Raises NotRewritable when nothing can be rewritten.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+        first_line = inspect.getsourcelines(function)[1]
+    except (OSError, TypeError) as exc:
+        raise NotRewritable(f"no source for {_name(function)}: {exc}") from None
+    tree = ast.parse(source)
+    definition = tree.body[0]
+    if not isinstance(definition, ast.FunctionDef):
+        raise NotRewritable(f"{_name(function)} is not a plain function")
+    ast.increment_lineno(tree, first_line - 1)  # lines of the original file, in messages and `where`
+    _strip_evaluated_parts(definition)
+    rewriter = _Rewriter(definition, inspect.getsourcefile(function) or "?")
+    definition.body = rewriter.block(definition.body, _parameters(definition))
+    if not rewriter.rewritten:
+        why = "; ".join(rewriter.left) or "no if statement with a call or comparison in its test"
+        raise NotRewritable(f"nothing to rewrite in {_name(function)}: {why}")
+    return _compile(function, definition, rewriter)
+
+
+def _name(function) -> str:
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
+
+
+def _strip_evaluated_parts(definition) -> None:
+    """Decorators, annotations and default values are evaluated when a ``def`` runs, in the scope that defined
+    it (a class body, for methods). The copy takes the original's evaluated values instead."""
+    definition.decorator_list = []
+    definition.returns = None
+    arguments = definition.args
+    for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg):
+        if arg is not None:
+            arg.annotation = None
+    arguments.defaults = [ast.Constant(None) for _ in arguments.defaults]
+    arguments.kw_defaults = [None if d is None else ast.Constant(None) for d in arguments.kw_defaults]
+
+
+def _parameters(definition) -> set[str]:
+    arguments = definition.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    names.update(a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None)
+    return names
+
+
+def _walk_scope(node):
+    """ast.walk that does not enter nested scopes (comprehensions, lambdas, inner functions)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(child for child in ast.iter_child_nodes(current) if not isinstance(child, SCOPES))
+
+
+def _names(nodes, context) -> set[str]:
+    return {n.id for node in nodes for n in _walk_scope(node) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
+
+
+def _may_be_tensor(test) -> bool:
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if called not in STATIC_CALLS:
+                return True
+        if isinstance(node, ast.Compare) and any(
+            not isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops
+        ):
+            return True
+    return False
+
+
+def _obstacle(statements) -> str:
+    """Why these branch statements cannot run inside torch.cond, or ''."""
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, FORBIDDEN):
+                return f"a branch holds `{type(node).__name__.lower()}`"
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
+                return "a branch assigns an attribute or item (a side effect torch.cond would run twice)"
+            if isinstance(node, ast.Name) and node.id == "super":
+                return "a branch calls super()"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("__") and not node.attr.endswith("__"):
+                return "a branch uses a name-mangled attribute"
+    return ""
+
+
+class _Rewriter:
+    def __init__(self, definition, filename: str):
+        self.definition = definition
+        self.filename = filename
+        self.rewritten: list[int] = []  # original line of each rewritten if
+        self.left: list[str] = []  # why each candidate if stayed as written
+
+    def block(self, statements, defined: set[str]) -> list:
+        """The statements with their candidate ifs rewritten; ``defined``: variables bound before them."""
+        defined = set(defined)
+        out = []
+        for statement in statements:
+            out.extend(self.statement(statement, defined))
+            defined |= _names([statement], ast.Store)
+        return out
+
+    def statement(self, node, defined: set[str]) -> list:
+        if isinstance(node, ast.If):
+            return self.if_statement(node, defined)
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            inner = defined | _names([node.target], ast.Store)
+            return [self._copy(node, body=self.block(node.body, inner), orelse=self.block(node.orelse, defined))]
+        if isinstance(node, ast.While):
+            return [self._copy(node, body=self.block(node.body, defined), orelse=self.block(node.orelse, defined))]
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            inner = defined | _names([item.optional_vars for item in node.items if item.optional_vars], ast.Store)
+            return [self._copy(node, body=self.block(node.body, inner))]
+        if isinstance(node, ast.Try):
+            return [self._copy(node, body=self.block(node.body, defined), orelse=self.block(node.orelse, defined),
+                               finalbody=self.block(node.finalbody, defined),
+                               handlers=[self._copy(h, body=self.block(h.body, defined)) for h in node.handlers])]
+        return [node]
+
+    @staticmethod
+    def _copy(node, **fields):
+        new = copy.copy(node)
+        for key, value in fields.items():
+            setattr(new, key, value)
+        return new
+
+    def if_statement(self, node, defined: set[str]) -> list:
+        body, orelse = self.block(node.body, defined), self.block(node.orelse, defined)
+        if not _may_be_tensor(node.test):
+            return [self._copy(node, body=body, orelse=orelse)]
+        where = f"{self.filename}:{node.lineno}"
+        problem = _obstacle(node.body + node.orelse)
+        assigned_then, assigned_else = _names(node.body, ast.Store), _names(node.orelse, ast.Store)
+        assigned = assigned_then | assigned_else
+        # Handed on: assigned here and read anywhere outside this if (later, or by the next loop iteration).
+        outputs = sorted(assigned & self._reads_outside(node))
+        unbound = [n for n in outputs if n not in defined and not (n in assigned_then and n in assigned_else)]
+        if not problem and not outputs:
+            problem = "its branches assign nothing read after it"
+        if not problem and unbound:
+            problem = f"{', '.join(unbound)} would be unbound after it on one branch"
+        if problem:
+            self.left.append(f"line {node.lineno}: {problem}")
+            return [self._copy(node, body=body, orelse=orelse)]
+        # The branches take, as arguments, what they assign and may read first (a closure cannot be assigned).
+        reads = _names(node.body + node.orelse, ast.Load)
+        carried = sorted(n for n in assigned & defined if n in reads or not (n in assigned_then and n in assigned_else))
+        self.rewritten.append(node.lineno)
+        return self._generate(node, body, orelse, carried, outputs, where)
+
+    def _reads_outside(self, node) -> set[str]:
+        inside = {id(n) for n in _walk_scope(node)}
+        return {n.id for n in ast.walk(self.definition)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside}
+
+    def _generate(self, node, body, orelse, carried, outputs, where) -> list:
+        index = len(self.rewritten)
+        then_name, else_name, test_name = (f"{PREFIX}{kind}_{index}" for kind in ("then", "else", "test"))
+        returned = f"    return ({''.join(n + ', ' for n in outputs)})"
+        template = ast.parse(
+            f"def {then_name}({', '.join(carried)}):\n    pass\n{returned}\n"
+            f"def {else_name}({', '.join(carried)}):\n    pass\n{returned}\n"
+            f"{test_name} = None\n"
+            f"if {RUNTIME}.is_traced_tensor({test_name}):\n"
+            f"    ({''.join(n + ', ' for n in outputs)}) = {RUNTIME}.cond({test_name}, {then_name}, {else_name}, "
+            f"({''.join(n + ', ' for n in carried)}), {tuple(outputs)!r}, {where!r})\n"
+            f"elif {test_name}:\n    pass\n"
+        ).body
+        then_def, else_def, test_assign, dispatch = template
+        then_def.body[:1] = copy.deepcopy(body)
+        else_def.body[:1] = copy.deepcopy(orelse)  # empty: the branch hands its arguments back
+        test_assign.value = _logical(copy.deepcopy(node.test))
+        fallback = dispatch.orelse[0]
+        fallback.body, fallback.orelse = body, orelse
+        return template
+
+
+def _logical(test):
+    """``and``/``or``/``not`` at the top of a test become the runtime helpers (operands as thunks, so Python
+    values still short-circuit)."""
+    if isinstance(test, ast.BoolOp):
+        helper = "and_" if isinstance(test.op, ast.And) else "or_"
+        thunks = [ast.Lambda(args=_no_arguments(), body=_logical(value)) for value in test.values]
+        return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), helper, ast.Load()), args=thunks,
+                        keywords=[])
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), "not_", ast.Load()),
+                        args=[_logical(test.operand)], keywords=[])
+    return test
+
+
+def _no_arguments():
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                         defaults=[])
+
+
+def _compile(function, definition, rewriter):
+    """Builds the copy inside a factory whose parameters are the runtime module and the original's free
+    variables (``__class__`` for ``super()``...), so the copy closes over the same cells."""
+    from . import runtime
+
+    free = function.__code__.co_freevars
+    factory = ast.FunctionDef(
+        name=PREFIX + "factory",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(RUNTIME), *(ast.arg(n) for n in free)], vararg=None,
+                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
+        decorator_list=[], returns=None, type_params=[],
+    )
+    module = ast.fix_missing_locations(ast.Module(body=[factory], type_ignores=[]))
+    # Compiled from the unparsed text, registered in linecache under a name of its own: tracebacks and torch's
+    # node stack traces then point at the generated lines, which exist.
+    text = ast.unparse(module) + "\n"
+    filename = f"<autopatch rewrite of {_name(function)}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+    namespace: dict = {}
+    exec(compile(text, filename, "exec"), function.__globals__, namespace)
+    cells = [cell.cell_contents for cell in function.__closure__ or ()]
+    rewritten = namespace[PREFIX + "factory"](runtime, *cells)
+    rewritten.__defaults__ = function.__defaults__
+    rewritten.__kwdefaults__ = function.__kwdefaults__
+    for attribute in ("__module__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(rewritten, attribute, getattr(function, attribute))
+    rewritten.__autopatch_source__ = ast.unparse(definition) + "\n"
+    rewritten.__autopatch_rewritten__ = tuple(sorted(rewriter.rewritten))
+    return rewritten

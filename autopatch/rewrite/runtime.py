@@ -1,0 +1,97 @@
+"""What rewritten functions call at run time (they receive this module as ``__autopatch_rt``).
+
+Every helper behaves exactly as Python does when its inputs are Python values; only tensors take the traced
+path. So a rewritten ``if`` whose condition turns out to be a bool, or a SymBool from a shape, runs the
+original branch as before.
+"""
+
+from __future__ import annotations
+
+
+def _torch():
+    import torch  # a rewritten function only runs inside a torch model: torch is loaded by then
+
+    return torch
+
+
+def is_tensor(value) -> bool:
+    return isinstance(value, _torch().Tensor)
+
+
+def is_traced_tensor(value) -> bool:
+    """A tensor whose value is unknown because it is being traced (a fake tensor, or dynamo is compiling).
+    A real tensor has a value: the original ``if`` reads it, as it always did."""
+    if not is_tensor(value):
+        return False
+    torch = _torch()
+    return torch.compiler.is_compiling() or torch._guards.detect_fake_mode(value) is not None
+
+
+def and_(*operands):
+    """``a and b and ...`` with each operand a thunk. Python values short-circuit as usual; once a tensor is
+    involved the remaining operands are evaluated and combined with ``logical_and`` (what ``and`` would do
+    after reading the tensor's value, which export cannot do)."""
+    value = operands[0]()
+    for operand in operands[1:]:
+        if is_tensor(value):
+            value = _torch().logical_and(value, _as_tensor(operand(), value))
+        elif not value:
+            return value
+        else:
+            value = operand()
+    return value
+
+
+def or_(*operands):
+    """``a or b or ...``: as ``and_``, with ``logical_or``."""
+    value = operands[0]()
+    for operand in operands[1:]:
+        if is_tensor(value):
+            value = _torch().logical_or(value, _as_tensor(operand(), value))
+        elif value:
+            return value
+        else:
+            value = operand()
+    return value
+
+
+def not_(value):
+    return _torch().logical_not(value) if is_tensor(value) else not value
+
+
+def _as_tensor(value, like):
+    return value if is_tensor(value) else _torch().tensor(bool(value), device=like.device)
+
+
+def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, where: str):
+    """``torch.cond`` for a rewritten ``if``.
+
+    ``carried`` are the values the branches take as arguments (the variables they assign that exist before the
+    ``if``); both branches return the variables named in ``outputs``, in that order. torch.cond accepts only
+    tensors as operands: Python values among ``carried`` reach the branches through a closure instead. An output that
+    is one of the branch's inputs is cloned, since torch.cond refuses outputs aliasing inputs (a branch that
+    leaves a variable as it was is the common case; a view of an input still fails, with torch's message).
+    """
+    torch = _torch()
+    positions = [i for i, value in enumerate(carried) if isinstance(value, torch.Tensor)]
+
+    def bind(branch):
+        def run(*tensors):
+            args = list(carried)
+            for position, tensor in zip(positions, tensors):
+                args[position] = tensor
+            values = branch(*args)
+            for name, value in zip(outputs, values):
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(
+                        f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but "
+                        f"{name!r} is {type(value).__name__}; this if cannot be rewritten (exclude the patch)"
+                    )
+            return tuple(value.clone() if any(value is t for t in tensors) else value for value in values)
+
+        return run
+
+    if predicate.dtype != torch.bool:  # `if t:` accepts any one-element tensor, torch.cond a bool
+        predicate = predicate != 0
+    return torch.cond(predicate.reshape(()), bind(then_branch), bind(else_branch),
+                      tuple(carried[i] for i in positions))
