@@ -65,6 +65,20 @@ FP16_CLAMP_LAYERS = (
     ("bigbird_pegasus", "BigBirdPegasusEncoderLayer"),
 )
 
+#: 4.x vision-language models and the class holding their get_placeholder_mask (Llava's source in each).
+#: Measured: mistral3 fails first in Pixtral's vision tower (data-dependent image sizes): not listed.
+PLACEHOLDER_MASK_MODELS = (
+    ("llava", "LlavaModel"),
+    ("gemma3", "Gemma3Model"),
+    ("vipllava", "VipLlavaModel"),
+    ("paligemma", "PaliGemmaModel"),
+    ("aya_vision", "AyaVisionModel"),
+    ("internvl", "InternVLModel"),
+    ("got_ocr2", "GotOcr2Model"),
+    ("cohere2_vision", "Cohere2VisionModel"),
+    ("fuyu", "FuyuModel"),
+)
+
 PATCHES = (
     PatchSpec(
         id="pytree.dynamic_cache",
@@ -419,30 +433,35 @@ PATCHES = (
         "traced size. Under export the features come back as one [images*patches, dim] tensor in a one-element "
         "list, which LlavaModel.forward concatenates to the same result.",
     ),
-    PatchSpec(
-        id="transformers.vision.llava_placeholder_mask",
-        family="transformers",
-        trigger="transformers.models.llava.modeling_llava",
-        target="LlavaModel.get_placeholder_mask",
-        mode="route",
-        replacement="autopatch.patches.transformers_vision:llava_placeholder_mask",
-        requires=(("transformers", ">=4.56,<5"),),
-        fingerprints=("5d873236af34",),
-        reason="4.x checks the image token count against the features with a Python if on a data-dependent size "
-        "(guard Ne(u0, 2048)); under export the same condition is a torch._check_tensor_all (a runtime "
-        "assertion), as 5.x does.",
+    # 4.x VLMs whose get_placeholder_mask is Llava's, character for character (the fingerprint checks it).
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_mask",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="route",
+            replacement="autopatch.patches.transformers_vision:llava_placeholder_mask",
+            requires=(("transformers", ">=4.56,<5"),),
+            fingerprints=("5d873236af34",),
+            reason=f"{owner}.get_placeholder_mask (4.x) checks the image token count against the features with a "
+            "Python if on a data-dependent size (guard Ne(u0, <features>)); under export the same condition is a "
+            "torch._check_tensor_all (a runtime assertion), as 5.x does.",
+        )
+        for model, owner in PLACEHOLDER_MASK_MODELS
     ),
     PatchSpec(
-        id="transformers.vision.gemma3_placeholder_mask",
+        id="transformers.vision.fuyu_image_features",
         family="transformers",
-        trigger="transformers.models.gemma3.modeling_gemma3",
-        target="Gemma3Model.get_placeholder_mask",
+        trigger="transformers.models.fuyu.modeling_fuyu",
+        target="FuyuModel.get_image_features",
         mode="route",
-        replacement="autopatch.patches.transformers_vision:llava_placeholder_mask",
+        replacement="autopatch.patches.transformers_vision:fuyu_image_features",
         requires=(("transformers", ">=4.56,<5"),),
-        fingerprints=("5d873236af34",),  # the same source as Llava's
-        reason="Gemma3's VLM (4.x) has Llava's placeholder check (guard Ne(u0, 512)): the same replacement. 5.x "
-        "exports Gemma3ForConditionalGeneration as it is.",
+        fingerprints=("9a7c4431468f",),
+        reason="4.x embeds the images in a Python loop over image_patches, so export specialises the image batch. "
+        "Under export all images are embedded at once and returned as one list element (the caller "
+        "concatenates the list: the same tensor).",
     ),
     # --- end of MoE and vision-language models ---
     # --- rewrite family: control flow -> torch.cond, generated from the original source at install ---

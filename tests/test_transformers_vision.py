@@ -186,3 +186,56 @@ def test_gemma3_vlm_exports_with_the_cache_registration_alone_on_5x(make_agent):
     model = _gemma3()
     make_agent([s for s in registry.PATCHES if s.family == "pytree"])
     _gemma3_runs_match(model, _gemma3_export(model))
+
+
+# --- 4.x VLMs that carry Llava's get_placeholder_mask (and Fuyu's image loop) ------------------------------------
+
+import vlm_zoo  # noqa: E402
+
+
+def _vlm_patches(name, *kinds):
+    ids = {f"transformers.vision.{name}_{kind}" for kind in kinds}
+    return [s for s in registry.PATCHES if s.family == "pytree" or s.id in ids]
+
+
+def _vlm_export(name, model):
+    traced, other = vlm_zoo.prefill(name, 2, 5, 1), vlm_zoo.prefill(name, 3, 7, 2)
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=traced,
+                                   dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+
+
+@pytest.mark.requires("transformers<5")
+@pytest.mark.parametrize("name", vlm_zoo.NAMES)
+def test_vlm_placeholder_mask_fails_without_and_matches_eager_with_it(make_agent, name):
+    model = vlm_zoo.build(name)
+    own = make_agent(_vlm_patches(name))
+    with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
+        _vlm_export(name, model)
+    own.disable()
+    needed = ("placeholder_mask", "image_features") if name == "fuyu" else ("placeholder_mask",)
+    make_agent(_vlm_patches(name, *needed))
+    program = _vlm_export(name, model)
+    assert set(autopatch.last_export_report()["patches"]) >= {f"transformers.vision.{name}_{k}" for k in needed}
+    for batch, text_len, seed in ((1, 3, 3), (4, 8, 4)):
+        inputs = vlm_zoo.prefill(name, batch, text_len, seed)
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
+    bad = vlm_zoo.prefill(name, 2, 6, 5)
+    bad["input_ids"][bad["input_ids"] == vlm_zoo.IMAGE_TOKEN] = 0  # no placeholders left: the runtime check refuses
+    with pytest.raises(Exception):
+        program.module()(**bad)
+
+
+@pytest.mark.requires("transformers<5")
+def test_fuyu_needs_its_image_features_patch_too(make_agent):
+    model = vlm_zoo.build("fuyu")
+    make_agent(_vlm_patches("fuyu", "placeholder_mask"))
+    with pytest.raises(Exception, match="specialized it to be a constant"):
+        _vlm_export("fuyu", model)
+    original = vlm_zoo.transformers.models.fuyu.modeling_fuyu.FuyuModel.get_image_features
+    from autopatch.patches.transformers_vision import fuyu_image_features
+
+    patches = vlm_zoo.prefill("fuyu", 3, 4, 6)["image_patches"]
+    with torch.no_grad():  # the one-element list concatenates to the per-image loop's result
+        assert torch.equal(torch.cat(original(model.model, patches)), torch.cat(fuyu_image_features(model.model, patches)))

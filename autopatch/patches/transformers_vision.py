@@ -8,7 +8,10 @@ concatenates to the same tensor with the batch left symbolic.
 
 LlavaModel.get_placeholder_mask (4.x) compares ``inputs_embeds[mask].numel()`` (a data-dependent size) with the
 feature count in a Python ``if``; the replacement states the same condition with ``torch._check_tensor_all``, which
-export keeps as a runtime assertion.
+export keeps as a runtime assertion. Eight more 4.x VLMs carry the very same method (one fingerprint).
+
+FuyuModel.get_image_features (4.x) embeds the images one by one in a Python loop over the batch; the replacement
+embeds them all at once and hands back one list element, which FuyuModel.forward concatenates as before.
 
 Route patches: eager code keeps the originals.
 """
@@ -136,3 +139,11 @@ def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
         f"features {image_features.shape[:-1].numel()}",
     )
     return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
+
+
+def fuyu_image_features(self, pixel_values, **kwargs):
+    """FuyuModel.get_image_features (4.x) without its loop over the images: every image's patches embedded at
+    once, as one list element of ``[images * patches, hidden]`` (what ``torch.cat`` of the per-image list gives)."""
+    projection = self.vision_embed_tokens
+    embeddings = projection(pixel_values.to(projection.weight.dtype))
+    return [embeddings.reshape(-1, embeddings.shape[-1])]
