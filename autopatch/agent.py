@@ -28,6 +28,9 @@ class Agent:
         self.entry_points = tuple(entry_points)
         self.patches = list(patches)
         self.records = {spec.id: state.PatchRecord(spec) for spec in self.entry_points + tuple(self.patches)}
+        if len(self.records) != len(self.entry_points) + len(self.patches):  # one record, one install per id
+            ids = [spec.id for spec in self.entry_points + tuple(self.patches)]
+            raise ValueError(f"patch ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}")
         self.selection = selection.parse("", self.patches)
         self.doors: list[str] = []
 

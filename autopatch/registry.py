@@ -129,11 +129,12 @@ PATCHES = (
             reason=f"{cache_class}, the {model} cache of transformers 4.x (5.x keeps these states in DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
-        # Only caches whose models then export and run: 4.57's hybrid models (jamba, bamba, granitemoehybrid,
-        # falcon_h1, zamba2, lfm2, qwen3_next, mamba2) register with the same codec but fail next in their own
-        # _update_mamba_mask (a Python `if cache_position[0] > 0`), and falcon_mamba's program fails in
+        # Only caches whose models then export and run (qwen3_next with transformers.qwen3_next.*). 4.57's other
+        # hybrid models (jamba, bamba, granitemoehybrid, falcon_h1, zamba2, lfm2, mamba2) register with the same
+        # codec but fail in their own code: _update_mamba_mask and the mixers' `cache_position[0] > 0` branches,
+        # which also update the cache (no torch.cond), jamba's causal mask; falcon_mamba's program fails in
         # ExportedProgram.module() (a Parameter registered as a buffer): nothing could prove those rows.
-        for model, cache_class in (("mamba", "MambaCache"),)
+        for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"))
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
     PatchSpec(
@@ -342,6 +343,19 @@ PATCHES = (
         fingerprints=("3b03478a8b54",),
         reason="transformers 4.x: the selective scan loop inside MambaMixer.slow_forward specializes the "
         "sequence length; the recurrence runs as torch scan instead (cache branches kept).",
+    ),
+    PatchSpec(
+        id="transformers.qwen3_next.linear_attention_mask",
+        family="transformers",
+        trigger="transformers.models.qwen3_next.modeling_qwen3_next",
+        target="Qwen3NextModel._update_linear_attn_mask",
+        mode="route",
+        replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("92e2bac7705f",),
+        reason="4.x Qwen3-Next drops its linear-attention mask with `if cache_position[0] > 0 or "
+        "torch.all(mask == 1)`: a data-dependent guard (Eq(u0, 1)) in every decode step. Under export the mask "
+        "stays a tensor (ones where the original returns None; its consumer multiplies by it, so no bit changes).",
     ),
     # --- end of RoPE and state-space scans ---
     # --- transformers family: MoE and vision-language models (issue 5) ---

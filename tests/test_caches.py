@@ -248,3 +248,82 @@ def test_output_containers_need_no_patch(agent):
     assert type(got) is type(expected) and list(got.keys()) == list(expected.keys())
     for key in expected.keys():
         torch.testing.assert_close(got[key], expected[key])
+
+
+QWEN3_NEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"],
+                  linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                  linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                  shared_expert_intermediate_size=16, mlp_only_layers=[0, 1])
+QWEN3_NEXT_MASK = "transformers.qwen3_next.linear_attention_mask"
+
+
+def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
+    """A decode step after an eager prefill; ``padded``: the first row's prompt is left-padded."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, past, dtype=torch.long)
+    if padded:
+        mask[0, :2] = 0
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), attention_mask=mask, use_cache=True)
+    inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g),
+              "attention_mask": torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1),
+              "past_key_values": out.past_key_values}
+    if not TRANSFORMERS_5:  # as generate() passes it (5.x forward has no such argument)
+        inputs["cache_position"] = torch.arange(past, past + 1)
+    return inputs
+
+
+@pytest.mark.parametrize("cache_patch", [
+    pytest.param("pytree.dynamic_cache", marks=requires("transformers>=5")),
+    pytest.param("pytree.model_cache.qwen3_next", marks=requires("transformers<5"))])
+def test_hybrid_linear_attention_decode_step(make_agent, cache_patch):
+    """Qwen3-Next: linear-attention (gated delta net) layers next to full attention. 4.57 keeps them in its own
+    Qwen3NextDynamicCache and needs its linear-attention mask patch too; 5.x in DynamicCache."""
+    torch.manual_seed(0)
+    model = transformers.Qwen3NextForCausalLM(transformers.Qwen3NextConfig(**QWEN3_NEXT)).eval()
+    traced, other = _hybrid_decode_inputs(model, 2, 5, 1), _hybrid_decode_inputs(model, 3, 6, 2)
+
+    def export():
+        with torch.no_grad():
+            return torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+
+    needed = {cache_patch} | ({QWEN3_NEXT_MASK} if cache_patch.startswith("pytree.model_cache") else set())
+    pytree = [s for s in registry.PATCHES if s.family == "pytree" and s.id not in needed]
+    own = make_agent(pytree + [s for s in registry.PATCHES if s.id in needed])
+    shapes = autopatch.guess_dynamic_shapes(traced, other)  # the cache flattened as registered
+    program = export()
+    assert set(autopatch.last_export_report()["patches"]) >= needed
+    for batch, past, seed, padded in ((1, 7, 3, False), (4, 9, 4, True)):
+        run = _hybrid_decode_inputs(model, batch, past, seed, padded)
+        with torch.no_grad():
+            got, expected = program.module()(**copy.deepcopy(run)), model(**copy.deepcopy(run))
+        torch.testing.assert_close(got.logits, expected.logits)
+    own.disable()
+    for missing, error in ((cache_patch, "Cache"), (QWEN3_NEXT_MASK, "data-dependent")):
+        if missing in needed:  # each one is needed: without it the same export fails
+            own = make_agent(pytree + [s for s in registry.PATCHES if s.id in needed - {missing}])
+            with pytest.raises(Exception, match=error):
+                export()
+            own.disable()
+
+
+def test_attribute_codec_keeps_the_attribute_order_when_a_list_fills_later():
+    """A model-local cache whose key list is empty when flattened (a prefill's input) and filled by the model: the
+    rebuilt object must flatten in the eager object's order, or the program's output cache would not match the
+    spec of the next step's input (seen with 4.57 FalconH1's cache, prefill program -> decode program)."""
+    from autopatch.patches.cache_attributes import make_attribute_codec
+
+    class LocalCache:
+        def __init__(self):
+            self.states = torch.zeros(2, 3)
+            self.key_cache = []
+            self.seen = 0
+
+    flatten, unflatten, _ = make_attribute_codec(LocalCache, "test.local_cache")
+    eager = LocalCache()
+    rebuilt = unflatten(*flatten(eager))
+    for cache in (eager, rebuilt):
+        cache.key_cache.append(torch.ones(2, 1))
+    assert list(vars(rebuilt)) == list(vars(eager)) == ["states", "key_cache", "seen"]
+    assert flatten(rebuilt)[1].tensors == flatten(eager)[1].tensors == ("states", "key_cache")

@@ -71,13 +71,19 @@ class Attributes(typing.NamedTuple):
     tensors: tuple = ()
     static: tuple = ()
     batch: tuple = ()
+    #: Every name in the object's own order. Restoring in that order keeps the rebuilt object's attribute order,
+    #: hence its flattening order, even when a list that was empty (structure) later fills with tensors (an
+    #: attention layer's key_cache in a prefill): otherwise the program's output cache would flatten in another
+    #: order than the eager one it stands for. Empty in contexts written before it existed.
+    order: tuple = ()
 
 
 def split(obj, skip=frozenset()) -> Attributes:
-    tensors, static, batch = [], [], []
+    tensors, static, batch, order = [], [], [], []
     for name, value in vars(obj).items():
         if name in skip:
             continue
+        order.append(name)
         if holds_tensor(value):
             tensors.append(name)
         elif name in BATCH_ATTRS and isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
@@ -85,20 +91,19 @@ def split(obj, skip=frozenset()) -> Attributes:
             batch.append(name)
         else:
             static.append((name, freeze(value)))
-    return Attributes(tuple(tensors), tuple(static), tuple(batch))
+    return Attributes(tuple(tensors), tuple(static), tuple(batch), tuple(order))
 
 
 def restore(obj, attributes, children) -> None:
     """Sets the attributes ``split`` described on ``obj``: children (traced tensors), structure, batch sizes."""
     attributes = Attributes(*attributes)  # a plain tuple after a round trip through JSON
-    for name, frozen in attributes.static:
-        setattr(obj, name, thaw(frozen))
-    for name, child in zip(attributes.tensors, children):
-        setattr(obj, name, child)
+    values = {name: thaw(frozen) for name, frozen in attributes.static}
+    values.update(zip(attributes.tensors, children))
     if attributes.batch:
         first = next(leaf for leaf in pytree.tree_leaves(list(children)) if isinstance(leaf, torch.Tensor))
-        for name in attributes.batch:
-            setattr(obj, name, first.shape[0])
+        values.update((name, first.shape[0]) for name in attributes.batch)
+    for name in attributes.order or tuple(values):
+        setattr(obj, name, values[name])
 
 
 def make_attribute_codec(cls, patch_id: str):

@@ -118,3 +118,21 @@ def mamba_slow_forward(original, self, input_states, cache_params=None, cache_po
         cache_params.ssm_states[self.layer_idx].copy_(ssm_state)
     return self.out_proj(scan_output.transpose(1, 2))
 
+
+
+@calls_original
+def linear_attention_mask(original, self, attention_mask, cache_position):
+    """``_update_linear_attn_mask`` of 4.x hybrid models (Qwen3-Next) without its data-dependent ``if``.
+
+    The original returns None ("no need to zero padded states") in a decode step (``cache_position[0] > 0``) or
+    when the mask is all ones, else the mask. Its only consumer multiplies hidden states by the mask when it has
+    more than one row and column, and multiplying by ones changes no bit. So under export: the mask's last
+    ``seq_len`` columns, replaced by ones in a decode step, decided by ``torch.where`` on the traced position.
+    In a decode step the slice has one column, so the consumer skips it exactly as it skips None.
+    """
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 2:  # a custom 4D mask: not the layout reasoned about above
+        return original(self, attention_mask, cache_position)
+    mask = attention_mask[:, -cache_position.shape[0]:]
+    return torch.where(cache_position[0] > 0, torch.ones_like(mask), mask)
