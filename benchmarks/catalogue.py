@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from pathlib import Path
 from typing import Callable
 
 # Shared tiny sizes (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 128).
@@ -238,6 +239,12 @@ RECURRENT = [
     ("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM",
      dict(mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
           mamba_chunk_size=8, mamba_d_ssm=128, head_dim=16)),
+    # Gated delta-net (linear attention) layers next to full attention; dense MLPs.
+    ("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
+     dict(head_dim=16, layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
+          linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+          num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+          mlp_only_layers=[0, 1])),
 ]
 
 
@@ -336,6 +343,18 @@ def _whisper_inputs(model, config, batch, past, seq, seed, decode):
             "past_key_values": cache}
 
 
+def _half(build):
+    """The case in float16 (inputs are token ids: only the model changes)."""
+
+    def half():
+        import torch
+
+        model, *sets = build()
+        return (model.to(torch.float16), *sets)
+
+    return half
+
+
 def _seq2seq_cases():
     cases = []
     for name, config_name, model_name, config in SEQ2SEQ:
@@ -349,6 +368,9 @@ def _seq2seq_cases():
 
         if name in ("bart", "t5"):
             cases.append(Case(f"{name}/forward", "seq2seq", "forward", forward, needs=(config_name, model_name)))
+        if name in ("bart", "marian"):  # their encoder layers clamp float16 behind a tensor condition
+            cases.append(Case(f"{name}_fp16/forward", "seq2seq", "forward", _half(forward),
+                              needs=(config_name, model_name), note="float16: the encoder's clamp `if`"))
         cases.append(Case(f"{name}/decode", "seq2seq", "decode", decode, needs=(config_name, model_name)))
 
     whisper = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -571,12 +593,41 @@ def _torch_cases():
     ]
 
 
+#: The tests' tiny VLMs (tests/vlm_zoo.py: one definition for tests and benchmarks), imported when a case is built.
+VLM_ZOO = [("vipllava", "VipLlavaConfig"), ("paligemma", "PaliGemmaConfig"), ("aya_vision", "AyaVisionConfig"),
+           ("internvl", "InternVLConfig"), ("got_ocr2", "GotOcr2Config"), ("cohere2_vision", "Cohere2VisionConfig"),
+           ("fuyu", "FuyuConfig")]
+
+
+def _vlm_zoo():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import vlm_zoo
+
+    return vlm_zoo
+
+
+def _vlm_cases():
+    def case(name, config_class):
+        def build():
+            zoo = _vlm_zoo()
+            sets = [{**zoo.prefill(name, batch, seq, seed=i + 1), "use_cache": False}
+                    for i, (batch, seq) in enumerate(PREFILL)]
+            return (zoo.build(name), *sets)
+
+        return Case(f"{name}/prefill", "vlm", "prefill", build, needs=(config_class,),
+                    note="4 image tokens per image, dynamic image batch and text length")
+
+    return [case(name, config_class) for name, config_class in VLM_ZOO]
+
+
 def all_cases():
     cases = _torch_cases() + _decoder_cases() + _seq2seq_cases() + _encoder_cases()
     cases.append(Case("llava/prefill", "vlm", "prefill", _llava,
                       needs=("LlavaConfig", "LlavaForConditionalGeneration", "CLIPVisionConfig"),
                       note="CLIP vision tower + llama, 4 image tokens, dynamic batch and text length"))
-    return cases
+    return cases + _vlm_cases()
 
 
 CASES = {case.name: case for case in all_cases()}

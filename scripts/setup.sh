@@ -17,6 +17,8 @@ have() { "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.
 
 have torch "$TORCH+cpu" || have torch "$TORCH" || pip install "torch==$TORCH"
 have transformers "$TRANSFORMERS" || pip install "transformers==$TRANSFORMERS"
-# Editable, with the test extras; reinstalled every time so the .pth/.start doors match the checkout.
-pip install -e ".[test]"
+# Editable, with the test extras; reinstalled every time so the .pth/.start doors match the checkout. transformers
+# is named again so that the resolver keeps its requirements (4.x needs huggingface-hub<1; the latest diffusers
+# would otherwise upgrade the hub past it and break transformers).
+pip install -e ".[test]" "transformers==$TRANSFORMERS"
 "$VENV/bin/python" -c "import torch, transformers, autopatch; print('$VENV: torch', torch.__version__, 'transformers', transformers.__version__)"

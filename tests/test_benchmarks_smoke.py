@@ -70,3 +70,11 @@ def test_one_overhead_measure():
     assert set(row) >= {"name", "unit", "without", "with", "ratio", "best_ratio", "samples_without", "samples_with"}
     assert row["without"] > 0 and row["with"] > 0
     assert len(off) == len(on) == 1
+
+
+def test_the_benchmark_vlm_list_is_the_tests_zoo():
+    sys.path.insert(0, str(BENCH))
+    import catalogue
+    import vlm_zoo
+
+    assert [name for name, _ in catalogue.VLM_ZOO] == list(vlm_zoo.NAMES)
