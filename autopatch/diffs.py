@@ -42,13 +42,15 @@ def format_diff(spec, format: str = "raw") -> str:
             )
         )
     elif spec.mode == "rewrite":
+        from .rewrite.control_flow import normalized_source
+
         original = original_of(spec)
         rewritten = spec.resolve_replacement()(original)  # the same text the installed patch compiled
         body = "".join(
             difflib.unified_diff(
-                _source(original).splitlines(keepends=True),
+                normalized_source(original).splitlines(keepends=True),
                 rewritten.__autopatch_source__.splitlines(keepends=True),
-                fromfile=f"original {spec.target_name}",
+                fromfile=f"original {spec.target_name} (as parsed: comments and layout dropped)",
                 tofile=f"rewritten by {spec.replacement}",
             )
         )

@@ -79,6 +79,13 @@ PLACEHOLDER_MASK_MODELS = (
     ("fuyu", "FuyuModel"),
 )
 
+#: 4.x hybrid mamba/attention models whose decode step exports with their cache row, the mask replacement and
+#: the mixer rewrite: (model, class with _update_mamba_mask, mixer class with torch_forward).
+HYBRID_MAMBA_4X = (
+    ("bamba", "BambaModel", "BambaMixer"),
+    ("granitemoehybrid", "GraniteMoeHybridModel", "GraniteMoeHybridMambaLayer"),
+)
+
 PATCHES = (
     PatchSpec(
         id="pytree.dynamic_cache",
@@ -129,12 +136,14 @@ PATCHES = (
             reason=f"{cache_class}, the {model} cache of transformers 4.x (5.x keeps these states in DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
-        # Only caches whose models then export and run (qwen3_next with transformers.qwen3_next.*). 4.57's other
-        # hybrid models (jamba, bamba, granitemoehybrid, falcon_h1, zamba2, lfm2, mamba2) register with the same
-        # codec but fail in their own code: _update_mamba_mask and the mixers' `cache_position[0] > 0` branches,
-        # which also update the cache (no torch.cond), jamba's causal mask; falcon_mamba's program fails in
-        # ExportedProgram.module() (a Parameter registered as a buffer): nothing could prove those rows.
-        for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"))
+        # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
+        # 4.57's other hybrid models (jamba, falcon_h1, zamba2, lfm2, mamba2) register with the same codec but
+        # fail further in their own code (jamba's causal mask, falcon_h1's cache update, mixers branching on
+        # cache_position[0] with no structural twin); falcon_mamba's program fails in ExportedProgram.module() (a
+        # Parameter registered as a buffer): nothing could prove those rows.
+        for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"),
+                                   ("bamba", "HybridMambaAttentionDynamicCache"),
+                                   ("granitemoehybrid", "HybridMambaAttentionDynamicCache"))
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
     PatchSpec(
@@ -343,6 +352,38 @@ PATCHES = (
         fingerprints=("3b03478a8b54",),
         reason="transformers 4.x: the selective scan loop inside MambaMixer.slow_forward specializes the "
         "sequence length; the recurrence runs as torch scan instead (cache branches kept).",
+    ),
+    # 4.x Bamba-style hybrids: the mask above under its other name, and the mixer's decode test.
+    *(
+        spec
+        for model, owner, mixer in HYBRID_MAMBA_4X
+        for spec in (
+            PatchSpec(
+                id=f"transformers.{model}.mamba_mask",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{owner}._update_mamba_mask",
+                mode="route",
+                replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
+                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+                fingerprints=("7127cbd79e01",),  # jamba's, falcon_h1's too; they fail elsewhere as well
+                reason=f"{owner}._update_mamba_mask (4.x) is Qwen3-Next's linear-attention mask under another "
+                "name (guard Eq(u0, 1) in every decode step): the same replacement.",
+            ),
+            PatchSpec(
+                id=f"transformers.{model}.decode_position",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{mixer}.torch_forward",
+                mode="rewrite",
+                replacement="autopatch.patches.transformers_ssm:assume_decode_position",
+                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+                fingerprints=("a1f8754ec6b6",),
+                reason=f"{mixer}.torch_forward (4.x) picks its decode path with `... and seq_len == 1 and "
+                "cache_position[0] > 0`: the last term is a data-dependent guard. Rewritten from the source: once the "
+                "structural terms hold it is assumed, and the program asserts it at run time.",
+            ),
+        )
     ),
     PatchSpec(
         id="transformers.qwen3_next.linear_attention_mask",

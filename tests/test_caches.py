@@ -250,12 +250,33 @@ def test_output_containers_need_no_patch(agent):
         torch.testing.assert_close(got[key], expected[key])
 
 
-QWEN3_NEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"],
-                  linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
-                  linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-                  shared_expert_intermediate_size=16, mlp_only_layers=[0, 1])
-QWEN3_NEXT_MASK = "transformers.qwen3_next.linear_attention_mask"
+HYBRID_COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2)
+MAMBA2_MIXER = dict(mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4,
+                    mamba_expand=2, mamba_chunk_size=8)
+HYBRIDS = {  # config class, model class, extra config
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                   dict(head_dim=8, layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
+                        linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                        linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                        shared_expert_intermediate_size=16, mlp_only_layers=[0, 1])),
+    "bamba": ("BambaConfig", "BambaForCausalLM", dict(attn_layer_indices=[1], **MAMBA2_MIXER)),
+    "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+                         dict(layer_types=["mamba", "attention"], num_local_experts=0, shared_intermediate_size=64,
+                              **MAMBA2_MIXER)),
+}
+# What each 4.57 hybrid needs besides the pytree family (its cache row is pytree.model_cache.<model>).
+HYBRID_PATCHES_4X = {
+    "qwen3_next": ["transformers.qwen3_next.linear_attention_mask"],
+    "bamba": ["transformers.bamba.mamba_mask", "transformers.bamba.decode_position"],
+    "granitemoehybrid": ["transformers.granitemoehybrid.mamba_mask", "transformers.granitemoehybrid.decode_position"],
+}
+
+
+def _hybrid(name):
+    config_name, model_name, extra = HYBRIDS[name]
+    torch.manual_seed(0)
+    return getattr(transformers, model_name)(getattr(transformers, config_name)(**HYBRID_COMMON, **extra)).eval()
 
 
 def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
@@ -264,8 +285,13 @@ def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
     mask = torch.ones(batch, past, dtype=torch.long)
     if padded:
         mask[0, :2] = 0
+    prefill = {"input_ids": torch.randint(0, 64, (batch, past), generator=g), "attention_mask": mask, "use_cache": True}
+    cache_class = getattr(inspect.getmodule(type(model)), "HybridMambaAttentionDynamicCache", None)
+    if not TRANSFORMERS_5 and cache_class is not None:  # 4.x Bamba-style models use only a cache they are given
+        prefill.update(past_key_values=cache_class(model.config, batch, torch.float32, "cpu"),
+                       cache_position=torch.arange(past))
     with torch.no_grad():
-        out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), attention_mask=mask, use_cache=True)
+        out = model(**prefill)
     inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g),
               "attention_mask": torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1),
               "past_key_values": out.past_key_values}
@@ -274,38 +300,41 @@ def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
     return inputs
 
 
-@pytest.mark.parametrize("cache_patch", [
-    pytest.param("pytree.dynamic_cache", marks=requires("transformers>=5")),
-    pytest.param("pytree.model_cache.qwen3_next", marks=requires("transformers<5"))])
-def test_hybrid_linear_attention_decode_step(make_agent, cache_patch):
-    """Qwen3-Next: linear-attention (gated delta net) layers next to full attention. 4.57 keeps them in its own
-    Qwen3NextDynamicCache and needs its linear-attention mask patch too; 5.x in DynamicCache."""
-    torch.manual_seed(0)
-    model = transformers.Qwen3NextForCausalLM(transformers.Qwen3NextConfig(**QWEN3_NEXT)).eval()
+@pytest.mark.parametrize("name, cache_patch", [
+    *(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers>=5")) for name in HYBRIDS),
+    *(pytest.param(name, f"pytree.model_cache.{name}", marks=requires("transformers<5")) for name in HYBRIDS)])
+def test_hybrid_decode_step(make_agent, name, cache_patch):
+    """Linear-attention or mamba2 layers next to full attention. 5.x keeps them in DynamicCache; 4.57 in the
+    model's own cache class, and needs the model's transformers rows too (its mask and, for Bamba-style mixers,
+    the decode test). Each row is needed: without any one of them the same export fails."""
+    model = _hybrid(name)
     traced, other = _hybrid_decode_inputs(model, 2, 5, 1), _hybrid_decode_inputs(model, 3, 6, 2)
 
     def export():
         with torch.no_grad():
             return torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
 
-    needed = {cache_patch} | ({QWEN3_NEXT_MASK} if cache_patch.startswith("pytree.model_cache") else set())
+    needed = {cache_patch, *([] if TRANSFORMERS_5 else HYBRID_PATCHES_4X[name])}
     pytree = [s for s in registry.PATCHES if s.family == "pytree" and s.id not in needed]
     own = make_agent(pytree + [s for s in registry.PATCHES if s.id in needed])
     shapes = autopatch.guess_dynamic_shapes(traced, other)  # the cache flattened as registered
     program = export()
-    assert set(autopatch.last_export_report()["patches"]) >= needed
+    assert set(autopatch.last_export_report()["patches"]) >= needed - {cache_patch}
     for batch, past, seed, padded in ((1, 7, 3, False), (4, 9, 4, True)):
         run = _hybrid_decode_inputs(model, batch, past, seed, padded)
         with torch.no_grad():
             got, expected = program.module()(**copy.deepcopy(run)), model(**copy.deepcopy(run))
         torch.testing.assert_close(got.logits, expected.logits)
+    if any(i.endswith("decode_position") for i in needed):  # a decode step at position 0 contradicts its cache:
+        wrong = {**copy.deepcopy(traced), "cache_position": torch.tensor([0])}  # refused, not miscomputed
+        with pytest.raises(Exception, match="Runtime assertion failed"):
+            program.module()(**wrong)
     own.disable()
-    for missing, error in ((cache_patch, "Cache"), (QWEN3_NEXT_MASK, "data-dependent")):
-        if missing in needed:  # each one is needed: without it the same export fails
-            own = make_agent(pytree + [s for s in registry.PATCHES if s.id in needed - {missing}])
-            with pytest.raises(Exception, match=error):
-                export()
-            own.disable()
+    for missing in sorted(needed):
+        own = make_agent(pytree + [s for s in registry.PATCHES if s.id in needed - {missing}])
+        with pytest.raises(Exception, match="Cache" if missing == cache_patch else "data-dependent"):
+            export()
+        own.disable()
 
 
 def test_attribute_codec_keeps_the_attribute_order_when_a_list_fills_later():

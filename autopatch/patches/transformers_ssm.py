@@ -122,7 +122,8 @@ def mamba_slow_forward(original, self, input_states, cache_params=None, cache_po
 
 @calls_original
 def linear_attention_mask(original, self, attention_mask, cache_position):
-    """``_update_linear_attn_mask`` of 4.x hybrid models (Qwen3-Next) without its data-dependent ``if``.
+    """``_update_linear_attn_mask`` (4.x Qwen3-Next), alias ``_update_mamba_mask`` (4.x Bamba-style hybrids),
+    without its data-dependent ``if``.
 
     The original returns None ("no need to zero padded states") in a decode step (``cache_position[0] > 0``) or
     when the mask is all ones, else the mask. Its only consumer multiplies hidden states by the mask when it has
@@ -136,3 +137,19 @@ def linear_attention_mask(original, self, attention_mask, cache_position):
         return original(self, attention_mask, cache_position)
     mask = attention_mask[:, -cache_position.shape[0]:]
     return torch.where(cache_position[0] > 0, torch.ones_like(mask), mask)
+
+
+def assume_decode_position(torch_forward):
+    """A rewriter for the 4.x Bamba-style mixers' ``torch_forward`` (rewrite mode: it receives the original).
+
+    Their decode path is chosen by ``use_precomputed_states = (cache has previous state and seq_len == 1 and the
+    state shapes match the batch and ... and cache_position[0] > 0)``. Everything but the last term is structure
+    export knows; the last reads a tensor (a data-dependent guard). Once the others hold, the step is a decode
+    step whose position is past 0, so the term becomes ``runtime.assume``: true while tracing, and a runtime
+    assertion in the program, which refuses a position 0 instead of taking the wrong branch."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(
+        torch_forward, "cache_position[0] > 0",
+        "__autopatch_rt.assume(cache_position[0] > 0, 'a decode step (previous state, one token) is past position 0')",
+    )

@@ -53,6 +53,45 @@ def rewrite_tensor_conditions(function):
     lines of the rewritten ``if`` statements in the original file are ``__autopatch_rewritten__``.
     Raises NotRewritable when nothing can be rewritten.
     """
+    definition, filename = _parse(function)
+    rewriter = _Rewriter(definition, filename)
+    definition.body = rewriter.block(definition.body, _parameters(definition))
+    if not rewriter.rewritten:
+        why = "; ".join(rewriter.left) or "no if statement with a call or comparison in its test"
+        raise NotRewritable(f"nothing to rewrite in {_name(function)}: {why}")
+    return _compile(function, definition, rewriter.rewritten)
+
+
+def substitute_expressions(function, expression: str, replacement: str):
+    """A copy of ``function`` where every occurrence of ``expression`` (source text, compared after parsing, so
+    spacing does not matter) is ``replacement``, which may call the runtime helpers as ``__autopatch_rt``.
+    For conditions whose outcome the surrounding code already implies; see ``runtime.assume``."""
+    definition, _ = _parse(function)
+    wanted = ast.dump(ast.parse(expression, mode="eval").body)
+    lines = []
+
+    class Substitute(ast.NodeTransformer):
+        def generic_visit(self, node):
+            if isinstance(node, ast.expr) and ast.dump(node) == wanted:
+                lines.append(node.lineno)
+                return ast.parse(replacement, mode="eval").body
+            return super().generic_visit(node)
+
+    Substitute().visit(definition)
+    if not lines:
+        raise NotRewritable(f"nothing to rewrite in {_name(function)}: `{expression}` does not occur")
+    return _compile(function, ast.fix_missing_locations(definition), lines)
+
+
+def normalized_source(function) -> str:
+    """The original as the rewriters see it (parsed and printed back: comments and layout gone, decorators and
+    default values blanked), so a diff against a rewritten copy shows only what the rewrite changed."""
+    return ast.unparse(_parse(function)[0]) + "\n"
+
+
+def _parse(function):
+    """The function's definition (decorators, annotations, defaults stripped: see below) with the line numbers
+    of its file, and that file's name."""
     try:
         source = textwrap.dedent(inspect.getsource(function))
         first_line = inspect.getsourcelines(function)[1]
@@ -64,12 +103,7 @@ def rewrite_tensor_conditions(function):
         raise NotRewritable(f"{_name(function)} is not a plain function")
     ast.increment_lineno(tree, first_line - 1)  # lines of the original file, in messages and `where`
     _strip_evaluated_parts(definition)
-    rewriter = _Rewriter(definition, inspect.getsourcefile(function) or "?")
-    definition.body = rewriter.block(definition.body, _parameters(definition))
-    if not rewriter.rewritten:
-        why = "; ".join(rewriter.left) or "no if statement with a call or comparison in its test"
-        raise NotRewritable(f"nothing to rewrite in {_name(function)}: {why}")
-    return _compile(function, definition, rewriter)
+    return definition, inspect.getsourcefile(function) or "?"
 
 
 def _name(function) -> str:
@@ -248,7 +282,7 @@ def _no_arguments():
                          defaults=[])
 
 
-def _compile(function, definition, rewriter):
+def _compile(function, definition, lines):
     """Builds the copy inside a factory whose parameters are the runtime module and the original's free
     variables (``__class__`` for ``super()``...), so the copy closes over the same cells."""
     from . import runtime
@@ -276,5 +310,5 @@ def _compile(function, definition, rewriter):
     for attribute in ("__module__", "__qualname__", "__doc__", "__annotations__"):
         setattr(rewritten, attribute, getattr(function, attribute))
     rewritten.__autopatch_source__ = ast.unparse(definition) + "\n"
-    rewritten.__autopatch_rewritten__ = tuple(sorted(rewriter.rewritten))
+    rewritten.__autopatch_rewritten__ = tuple(sorted(lines))
     return rewritten

@@ -59,6 +59,16 @@ def not_(value):
     return _torch().logical_not(value) if is_tensor(value) else not value
 
 
+def assume(condition, why: str):
+    """A condition the surrounding code already implies, traced as a runtime assertion instead of a branch:
+    ``True`` under tracing, with the exported program checking ``condition`` on every call (it raises, naming
+    ``why``, rather than computing something else); the condition's own value everywhere else."""
+    if not is_traced_tensor(condition):
+        return condition
+    _torch()._check_tensor_all(condition, lambda: f"autopatch assumed {why}")
+    return True
+
+
 def _as_tensor(value, like):
     return value if is_tensor(value) else _torch().tensor(bool(value), device=like.device)
 
