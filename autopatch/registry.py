@@ -461,7 +461,20 @@ PATCHES = (
             "token_indices.numel() > 0`: a data-dependent guard (u0 > 0). Every expert on every token instead, "
             "weighted by the router's top-k weights scattered densely.",
         )
-        for model, block in (("deepseek_v3", "DeepseekV3MoE"), ("dots1", "Dots1MoE"), ("glm4_moe", "Glm4MoeMoE"))
+        for model, block in (("deepseek_v3", "DeepseekV3MoE"), ("dots1", "Dots1MoE"), ("glm4_moe", "Glm4MoeMoE"),
+                             ("longcat_flash", "LongcatFlashMoE"))
+    ),
+    PatchSpec(
+        id="transformers.moe.qwen3_next",
+        family="transformers",
+        trigger="transformers.models.qwen3_next.modeling_qwen3_next",
+        target="Qwen3NextSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:qwen2_moe_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("b6675bc3b3ad",),  # the same source as Qwen2-MoE's block
+        reason="Qwen3-Next's 4.x sparse block is Qwen2-MoE's (nonzero() expert loop, guard Eq(u0, 0); gated shared "
+        "expert): the same replacement.",
     ),
     PatchSpec(
         id="transformers.moe.gpt_oss",

@@ -15,7 +15,8 @@ from conftest import requires
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, vocab_size=128, max_position_embeddings=256)
 MOE_IDS = {name: f"transformers.moe.{name}"
-           for name in ("mixtral", "minimax", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v3", "dots1", "glm4_moe")}
+           for name in ("mixtral", "minimax", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v3", "dots1", "glm4_moe",
+                        "qwen3_next", "longcat_flash")}
 # DeepSeek-style routing (4 routed experts in one group, a shared expert), every layer sparse.
 DEEPSEEK = dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
                 first_k_dense_replace=0, n_group=1, topk_group=1)
@@ -33,7 +34,20 @@ CONFIGS = {
                                        qk_nope_head_dim=8, v_head_dim=12, num_key_value_heads=4)),
     "dots1": ("Dots1", DEEPSEEK),
     "glm4_moe": ("Glm4Moe", DEEPSEEK),
+    "qwen3_next": ("Qwen3Next", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                     shared_expert_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+                                     layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
+                                     linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2,
+                                     linear_num_value_heads=4)),
+    # One MoE layer (num_layers=1; each has two attention sublayers), two of its experts "zero" (identity).
+    "longcat_flash": ("LongcatFlash", dict(num_layers=1, num_key_value_heads=4, ffn_hidden_size=128, q_lora_rank=32,
+                                           kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8,
+                                           v_head_dim=12, moe_topk=2, n_routed_experts=4, zero_expert_num=2,
+                                           expert_ffn_hidden_size=32)),
 }
+# Rows a model needs besides its MoE row (and the pytree family) to export a decode step at all on 4.57.
+COMPANIONS = {"qwen3_next": ("transformers.qwen3_next.linear_attention_mask",)}
+MOE_LAYERS = {"longcat_flash": 1}  # hits of the MoE patch per export; the others: one per hidden layer
 # The failure (and so the patches) exists on transformers 4.x only, measured on 4.57.6; 5.23 exports these.
 MODELS = [pytest.param(name, marks=requires("transformers<5")) for name in MOE_IDS]
 
@@ -69,7 +83,7 @@ def _export(model, inputs, dynamic_shapes):
 def test_export_fails_without_the_patch(agent, name):
     model, config = _build(name)
     traced, other, _ = _decode_sets(model, config)
-    own = _private_agent()
+    own = _private_agent(COMPANIONS.get(name, ()))
     try:
         with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
             _export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
@@ -82,18 +96,20 @@ def test_exported_decode_step_matches_eager_at_other_sizes(agent, name):
     model, config = _build(name)
     traced, other, third = _decode_sets(model, config)
     patch_id = MOE_IDS[name]
-    own = _private_agent([patch_id])
+    own = _private_agent([patch_id, *COMPANIONS.get(name, ())])
     try:
         program = _export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
-        assert autopatch.last_export_report()["patches"][patch_id] == config.num_hidden_layers
+        assert autopatch.last_export_report()["patches"][patch_id] == MOE_LAYERS.get(name, config.num_hidden_layers)
         assert own.records[patch_id].state == state.APPLIED_LATE
         for inputs in (other, third):  # sizes other than traced: batch, past and new tokens all differ
             with torch.no_grad():
                 expected = model(**zoo.copy_inputs(inputs))
                 got = program.module()(**zoo.copy_inputs(inputs))
             torch.testing.assert_close(got.logits, expected.logits, rtol=1e-5, atol=1e-5)
-            for layer_got, layer_expected in zip(got.past_key_values.layers, expected.past_key_values.layers):
-                torch.testing.assert_close(layer_got.keys, layer_expected.keys)
+            leaves = torch.utils._pytree.tree_leaves  # the cache as registered: every key, value and state
+            for got_leaf, expected_leaf in zip(leaves(got.past_key_values), leaves(expected.past_key_values),
+                                               strict=True):
+                torch.testing.assert_close(got_leaf, expected_leaf)
     finally:
         own.disable()
 
@@ -134,7 +150,7 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
             expected = block(hidden, router_indices=indices, routing_weights=scores)
             got = replacement(block, hidden, router_indices=indices, routing_weights=scores)
         elif spec.target.endswith(".moe"):  # DeepSeek-style: the patched method takes the router's choice
-            topk_indices, topk_weights = block.gate(hidden)
+            topk_indices, topk_weights = (block.router if name == "longcat_flash" else block.gate)(hidden)
             tokens = hidden.view(-1, hidden.shape[-1])
             expected = block.moe(tokens, topk_indices, topk_weights)
             got = replacement(block, tokens, topk_indices, topk_weights)
