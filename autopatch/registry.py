@@ -80,10 +80,13 @@ PLACEHOLDER_MASK_MODELS = (
 )
 
 #: 4.x hybrid mamba/attention models whose decode step exports with their cache row, the mask replacement and
-#: the mixer rewrite: (model, class with _update_mamba_mask, mixer class with torch_forward).
+#: the mixer rewrite (falcon_h1: and its cache's update).
+#: (model, cache class, class with _update_mamba_mask, mixer class with torch_forward, fingerprint of that source).
 HYBRID_MAMBA_4X = (
-    ("bamba", "BambaModel", "BambaMixer"),
-    ("granitemoehybrid", "GraniteMoeHybridModel", "GraniteMoeHybridMambaLayer"),
+    ("bamba", "HybridMambaAttentionDynamicCache", "BambaModel", "BambaMixer", "a1f8754ec6b6"),
+    ("granitemoehybrid", "HybridMambaAttentionDynamicCache", "GraniteMoeHybridModel", "GraniteMoeHybridMambaLayer",
+     "a1f8754ec6b6"),
+    ("falcon_h1", "FalconHybridMambaAttentionDynamicCache", "FalconH1Model", "FalconH1Mixer", "04d321f63f14"),
 )
 
 PATCHES = (
@@ -137,13 +140,12 @@ PATCHES = (
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
-        # 4.57's other hybrid models (jamba, falcon_h1, zamba2, lfm2, mamba2) register with the same codec but
-        # fail further in their own code (jamba's causal mask, falcon_h1's cache update, mixers branching on
-        # cache_position[0] with no structural twin); falcon_mamba's program fails in ExportedProgram.module() (a
-        # Parameter registered as a buffer): nothing could prove those rows.
+        # 4.57's other hybrid models (jamba, zamba2, lfm2, mamba2) register with the same codec but fail further
+        # in their own code (jamba's causal mask, mixers branching on cache_position[0] with no structural term
+        # beside it); falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a
+        # buffer): nothing could prove those rows.
         for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"),
-                                   ("bamba", "HybridMambaAttentionDynamicCache"),
-                                   ("granitemoehybrid", "HybridMambaAttentionDynamicCache"))
+                                   *((row[0], row[1]) for row in HYBRID_MAMBA_4X))
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
     PatchSpec(
@@ -356,7 +358,7 @@ PATCHES = (
     # 4.x Bamba-style hybrids: the mask above under its other name, and the mixer's decode test.
     *(
         spec
-        for model, owner, mixer in HYBRID_MAMBA_4X
+        for model, _, owner, mixer, mixer_fingerprint in HYBRID_MAMBA_4X
         for spec in (
             PatchSpec(
                 id=f"transformers.{model}.mamba_mask",
@@ -378,12 +380,24 @@ PATCHES = (
                 mode="rewrite",
                 replacement="autopatch.patches.transformers_ssm:assume_decode_position",
                 requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-                fingerprints=("a1f8754ec6b6",),
+                fingerprints=(mixer_fingerprint,),
                 reason=f"{mixer}.torch_forward (4.x) picks its decode path with `... and seq_len == 1 and "
                 "cache_position[0] > 0`: the last term is a data-dependent guard. Rewritten from the source: once the "
                 "structural terms hold it is assumed, and the program asserts it at run time.",
             ),
         )
+    ),
+    PatchSpec(
+        id="transformers.falcon_h1.cache_update",
+        family="transformers",
+        trigger="transformers.models.falcon_h1.modeling_falcon_h1",
+        target="FalconHybridMambaAttentionDynamicCache.update",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_ssm:shape_based_empty_check",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("65abdfdf6e47",),
+        reason="FalconH1's 4.x cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: len() reads the "
+        "batch as a plain int and fixes it to the traced size. Rewritten from the source to compare the first size.",
     ),
     PatchSpec(
         id="transformers.qwen3_next.linear_attention_mask",

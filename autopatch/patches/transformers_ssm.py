@@ -153,3 +153,13 @@ def assume_decode_position(torch_forward):
         torch_forward, "cache_position[0] > 0",
         "__autopatch_rt.assume(cache_position[0] > 0, 'a decode step (previous state, one token) is past position 0')",
     )
+
+
+def shape_based_empty_check(update):
+    """A rewriter for 4.x FalconH1's cache ``update``: ``len(self.key_cache[layer_idx]) == 0`` takes ``len()`` of
+    a tensor (a decode step's keys), which fixes the batch to the traced size; ``runtime.is_empty`` compares
+    the first size symbolically for a tensor and is ``len() == 0`` for anything else."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(update, "len(self.key_cache[layer_idx]) == 0",
+                                  "__autopatch_rt.is_empty(self.key_cache[layer_idx])")

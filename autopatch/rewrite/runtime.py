@@ -69,6 +69,12 @@ def assume(condition, why: str):
     return True
 
 
+def is_empty(value) -> bool:
+    """``len(value) == 0`` without ``len()`` on a tensor, which reads its first size as a plain int and so fixes a
+    dynamic batch to the traced one; a tensor's first size compares symbolically instead."""
+    return value.shape[0] == 0 if is_tensor(value) else len(value) == 0
+
+
 def _as_tensor(value, like):
     return value if is_tensor(value) else _torch().tensor(bool(value), device=like.device)
 
