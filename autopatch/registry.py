@@ -140,11 +140,11 @@ PATCHES = (
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
-        # 4.57's other hybrid models (jamba, zamba2, lfm2, mamba2) register with the same codec but fail further
-        # in their own code (jamba's causal mask, mixers branching on cache_position[0] with no structural term
-        # beside it); falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a
+        # 4.57's other hybrid models (zamba2, lfm2, mamba2) register with the same codec but fail further in
+        # their own code (mixers branching on cache_position[0] with no structural term beside it); falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a
         # buffer): nothing could prove those rows.
         for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"),
+                                   ("jamba", "HybridMambaAttentionDynamicCache"),
                                    *((row[0], row[1]) for row in HYBRID_MAMBA_4X))
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
@@ -386,6 +386,30 @@ PATCHES = (
                 "structural terms hold it is assumed, and the program asserts it at run time.",
             ),
         )
+    ),
+    PatchSpec(
+        id="transformers.jamba.mamba_mask",
+        family="transformers",
+        trigger="transformers.models.jamba.modeling_jamba",
+        target="JambaModel._update_mamba_mask",
+        mode="route",
+        replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("7127cbd79e01",),
+        reason="Jamba's 4.x _update_mamba_mask, the Bamba-style models' own (guard Eq(u0, 1)): the same replacement.",
+    ),
+    PatchSpec(
+        id="transformers.jamba.causal_mask_length",
+        family="transformers",
+        trigger="transformers.models.jamba.modeling_jamba",
+        target="JambaModel._update_causal_mask",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_ssm:causal_mask_length_from_mask",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("543f4a4249e5",),
+        reason="Jamba's 4.x causal mask is `cache_position[-1] + 1` wide, a tensor: a data-dependent width the "
+        "attention then fails to match with the keys (guard Eq(Min(6, u0), 6)). Rewritten from the source to take "
+        "the 2D attention mask's width, asserted equal at run time.",
     ),
     PatchSpec(
         id="transformers.falcon_h1.cache_update",

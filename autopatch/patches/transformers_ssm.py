@@ -163,3 +163,17 @@ def shape_based_empty_check(update):
 
     return substitute_expressions(update, "len(self.key_cache[layer_idx]) == 0",
                                   "__autopatch_rt.is_empty(self.key_cache[layer_idx])")
+
+
+def causal_mask_length_from_mask(update_causal_mask):
+    """A rewriter for 4.x Jamba's ``_update_causal_mask``: ``target_length = cache_position[-1] + 1`` is a tensor,
+    so the mask's width becomes a data-dependent size the attention cannot match with the keys. With a 2D
+    attention mask (generation passes one covering the past and the new tokens) the same length is the mask's
+    width: ``runtime.known_as`` uses that size and the program asserts the two agree."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(
+        update_causal_mask, "cache_position[-1] + 1",
+        "__autopatch_rt.known_as(cache_position[-1] + 1, attention_mask.shape[-1] if attention_mask is not None "
+        "and attention_mask.dim() == 2 else None, 'the 2D attention mask covers every position up to the last one')",
+    )

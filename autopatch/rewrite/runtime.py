@@ -69,6 +69,16 @@ def assume(condition, why: str):
     return True
 
 
+def known_as(value, size, why: str):
+    """``value``, a one-element tensor that the surrounding code guarantees equals ``size`` (a shape, known to
+    export), as that size: under tracing the program asserts the equality at run time and uses ``size``, so no
+    data-dependent size is created. ``size`` None (nothing known) or no tracing: ``value`` unchanged."""
+    if size is None or not is_traced_tensor(value):
+        return value
+    _torch()._check_tensor_all(value == size, lambda: f"autopatch assumed {why}")
+    return size
+
+
 def is_empty(value) -> bool:
     """``len(value) == 0`` without ``len()`` on a tensor, which reads its first size as a plain int and so fixes a
     dynamic batch to the traced one; a tensor's first size compares symbolically instead."""
