@@ -556,6 +556,25 @@ PATCHES = (
         )
         for model, owner in PLACEHOLDER_MASK_MODELS
     ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_image_features",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_image_features",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_vision:idefics_image_features",
+            requires=(("transformers", ">=5"), ("torch", ">=2.6")),
+            fingerprints=(fingerprint,),
+            reason=f"{owner}.get_image_features (5.x) splits the features with `.tolist()` of per-sample image counts "
+            "and views the pixel mask as `batch_size * num_images`: both fix the image batch (and the images per "
+            "sample) to the traced sizes. Rewritten from the source: one flattened list element (concatenated by "
+            "the caller to the same tensor) and a flatten of the mask's first two dims.",
+        )
+        for model, owner, fingerprint in (("idefics2", "Idefics2Model", "716925f847c1"),
+                                          ("idefics3", "Idefics3Model", "139f24c52f3b"),
+                                          ("smolvlm", "SmolVLMModel", "60993f3ef784"))
+    ),
     PatchSpec(
         id="transformers.vision.fuyu_image_features",
         family="transformers",

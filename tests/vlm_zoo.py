@@ -70,3 +70,47 @@ def prefill(name, batch, text_len, seed=0):
         size = 32 if name == "got_ocr2" else 16
         inputs["pixel_values"] = torch.randn(batch, 3, size, size, generator=g)
     return inputs
+
+
+# --- Idefics2, Idefics3, SmolVLM: several images per sample, pixel_values [batch, images, 3, 32, 32] -------------
+
+IDEFICS = ("idefics2", "idefics3", "smolvlm")
+IDEFICS_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, image_size=32,
+                      patch_size=8)
+IDEFICS_TOKENS = 4  # per image: Idefics2's 4 perceiver latents; Idefics3/SmolVLM's 16 patches shuffled by 2
+
+
+def build_idefics(name):
+    t = transformers
+    if name == "idefics2":
+        from transformers.models.idefics2.configuration_idefics2 import Idefics2VisionConfig
+
+        config = t.Idefics2Config(
+            vision_config=Idefics2VisionConfig(**IDEFICS_VISION).to_dict(),
+            text_config=t.MistralConfig(**TEXT).to_dict(),
+            perceiver_config=dict(hidden_size=64, resampler_n_latents=IDEFICS_TOKENS, resampler_depth=1,
+                                  resampler_n_heads=4, resampler_head_dim=16, num_key_value_heads=2),
+            image_token_id=IMAGE_TOKEN)
+        model_class = t.Idefics2ForConditionalGeneration
+    else:
+        if name == "idefics3":
+            from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig as Vision
+        else:
+            from transformers.models.smolvlm.configuration_smolvlm import SmolVLMVisionConfig as Vision
+        config_class = t.Idefics3Config if name == "idefics3" else t.SmolVLMConfig
+        config = config_class(vision_config=Vision(**IDEFICS_VISION).to_dict(),
+                              text_config=t.LlamaConfig(**TEXT).to_dict(), image_token_id=IMAGE_TOKEN, scale_factor=2,
+                              pad_token_id=0)
+        model_class = t.Idefics3ForConditionalGeneration if name == "idefics3" else t.SmolVLMForConditionalGeneration
+    torch.manual_seed(0)
+    return model_class(config).eval()
+
+
+def idefics_prefill(batch, text_len, images, seed=0):
+    """``images`` per sample, their placeholders after the first text token; a full pixel mask per image."""
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(0, IMAGE_TOKEN - 7, (batch, text_len), generator=g)
+    ids = torch.cat([text[:, :1], torch.full((batch, IDEFICS_TOKENS * images), IMAGE_TOKEN), text[:, 1:]], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(batch, images, 3, 32, 32, generator=g),
+            "pixel_attention_mask": torch.ones(batch, images, 32, 32, dtype=torch.bool)}

@@ -149,10 +149,10 @@ def assume_decode_position(torch_forward):
     assertion in the program, which refuses a position 0 instead of taking the wrong branch."""
     from ..rewrite.control_flow import substitute_expressions
 
-    return substitute_expressions(
-        torch_forward, "cache_position[0] > 0",
+    return substitute_expressions(torch_forward, {
+        "cache_position[0] > 0":
         "__autopatch_rt.assume(cache_position[0] > 0, 'a decode step (previous state, one token) is past position 0')",
-    )
+    })
 
 
 def shape_based_empty_check(update):
@@ -161,8 +161,9 @@ def shape_based_empty_check(update):
     the first size symbolically for a tensor and is ``len() == 0`` for anything else."""
     from ..rewrite.control_flow import substitute_expressions
 
-    return substitute_expressions(update, "len(self.key_cache[layer_idx]) == 0",
-                                  "__autopatch_rt.is_empty(self.key_cache[layer_idx])")
+    return substitute_expressions(update, {
+        "len(self.key_cache[layer_idx]) == 0": "__autopatch_rt.is_empty(self.key_cache[layer_idx])",
+    })
 
 
 def causal_mask_length_from_mask(update_causal_mask):
@@ -172,8 +173,8 @@ def causal_mask_length_from_mask(update_causal_mask):
     width: ``runtime.known_as`` uses that size and the program asserts the two agree."""
     from ..rewrite.control_flow import substitute_expressions
 
-    return substitute_expressions(
-        update_causal_mask, "cache_position[-1] + 1",
+    return substitute_expressions(update_causal_mask, {
+        "cache_position[-1] + 1":
         "__autopatch_rt.known_as(cache_position[-1] + 1, attention_mask.shape[-1] if attention_mask is not None "
         "and attention_mask.dim() == 2 else None, 'the 2D attention mask covers every position up to the last one')",
-    )
+    })

@@ -147,3 +147,21 @@ def fuyu_image_features(self, pixel_values, **kwargs):
     projection = self.vision_embed_tokens
     embeddings = projection(pixel_values.to(projection.weight.dtype))
     return [embeddings.reshape(-1, embeddings.shape[-1])]
+
+
+def idefics_image_features(get_image_features):
+    """A rewriter for 5.x Idefics2/Idefics3/SmolVLM ``get_image_features`` (rewrite mode: gets the original).
+
+    Two expressions fix the image batch to the traced size: ``image_features.split(counts.tolist())`` (a list of
+    Python ints) and ``pixel_attention_mask.view(batch_size * num_images, ...)`` (export records that product
+    equal to the mask's first size as a guard, so other image counts are refused). The features become one
+    ``[images * tokens, dim]`` list element, which the caller concatenates to the same tensor (as for Llava), and
+    the mask is flattened over its first two dims, the same reshape with no size named."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]":
+        "[image_features.reshape(-1, image_features.shape[-1])]",
+        "pixel_attention_mask.view(batch_size * num_images, *pixel_attention_mask.shape[2:])":
+        "pixel_attention_mask.flatten(0, 1)",
+    })

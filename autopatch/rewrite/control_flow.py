@@ -24,6 +24,7 @@ import copy
 import inspect
 import linecache
 import textwrap
+import types
 
 PREFIX = "__autopatch_"
 RUNTIME = PREFIX + "rt"
@@ -62,25 +63,29 @@ def rewrite_tensor_conditions(function):
     return _compile(function, definition, rewriter.rewritten)
 
 
-def substitute_expressions(function, expression: str, replacement: str):
-    """A copy of ``function`` where every occurrence of ``expression`` (source text, compared after parsing, so
-    spacing does not matter) is ``replacement``, which may call the runtime helpers as ``__autopatch_rt``.
-    For conditions whose outcome the surrounding code already implies; see ``runtime.assume``."""
+def substitute_expressions(function, substitutions: dict):
+    """A copy of ``function`` where every occurrence of each expression (source text, compared after parsing, so
+    layout does not matter) is its replacement, which may call the runtime helpers as ``__autopatch_rt``. For
+    expressions whose value the surrounding code already implies (``runtime.assume``, ``runtime.known_as``) or
+    that have an equivalent export can trace. Every expression must occur."""
     definition, _ = _parse(function)
-    wanted = ast.dump(ast.parse(expression, mode="eval").body)
-    lines = []
+    wanted = {ast.dump(ast.parse(e, mode="eval").body): (e, r) for e, r in substitutions.items()}
+    found: dict = {}
 
     class Substitute(ast.NodeTransformer):
         def generic_visit(self, node):
-            if isinstance(node, ast.expr) and ast.dump(node) == wanted:
-                lines.append(node.lineno)
+            key = ast.dump(node) if isinstance(node, ast.expr) else None
+            if key in wanted:
+                expression, replacement = wanted[key]
+                found.setdefault(expression, []).append(node.lineno)
                 return ast.parse(replacement, mode="eval").body
             return super().generic_visit(node)
 
     Substitute().visit(definition)
-    if not lines:
-        raise NotRewritable(f"nothing to rewrite in {_name(function)}: `{expression}` does not occur")
-    return _compile(function, ast.fix_missing_locations(definition), lines)
+    missing = [e for e in substitutions if e not in found]
+    if missing:
+        raise NotRewritable(f"nothing to rewrite in {_name(function)}: `{missing[0]}` does not occur")
+    return _compile(function, ast.fix_missing_locations(definition), [n for lines in found.values() for n in lines])
 
 
 def normalized_source(function) -> str:
@@ -112,7 +117,9 @@ def _name(function) -> str:
 
 def _strip_evaluated_parts(definition) -> None:
     """Decorators, annotations and default values are evaluated when a ``def`` runs, in the scope that defined
-    it (a class body, for methods). The copy takes the original's evaluated values instead."""
+    it (a class body, for methods): the copy takes the original's evaluated values instead, and the original's
+    wrapper layers (``_rewrap``); decorators are not run again (some read the defining file, as transformers'
+    ``auto_docstring`` does)."""
     definition.decorator_list = []
     definition.returns = None
     arguments = definition.args
@@ -287,7 +294,7 @@ def _compile(function, definition, lines):
     variables (``__class__`` for ``super()``...), so the copy closes over the same cells."""
     from . import runtime
 
-    free = function.__code__.co_freevars
+    free = inspect.unwrap(function).__code__.co_freevars
     factory = ast.FunctionDef(
         name=PREFIX + "factory",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(RUNTIME), *(ast.arg(n) for n in free)], vararg=None,
@@ -301,14 +308,44 @@ def _compile(function, definition, lines):
     text = ast.unparse(module) + "\n"
     filename = f"<autopatch rewrite of {_name(function)}>"
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+    inner = inspect.unwrap(function)  # the plain function the source is, below any decorators
     namespace: dict = {}
-    exec(compile(text, filename, "exec"), function.__globals__, namespace)
-    cells = [cell.cell_contents for cell in function.__closure__ or ()]
-    rewritten = namespace[PREFIX + "factory"](runtime, *cells)
-    rewritten.__defaults__ = function.__defaults__
-    rewritten.__kwdefaults__ = function.__kwdefaults__
+    exec(compile(text, filename, "exec"), inner.__globals__, namespace)
+    cells = [cell.cell_contents for cell in inner.__closure__ or ()]
+    rewritten_inner = namespace[PREFIX + "factory"](runtime, *cells)
+    rewritten_inner.__defaults__ = inner.__defaults__
+    rewritten_inner.__kwdefaults__ = inner.__kwdefaults__
     for attribute in ("__module__", "__qualname__", "__doc__", "__annotations__"):
-        setattr(rewritten, attribute, getattr(function, attribute))
+        setattr(rewritten_inner, attribute, getattr(inner, attribute))
+    rewritten = _rewrap(function, rewritten_inner)
     rewritten.__autopatch_source__ = ast.unparse(definition) + "\n"
     rewritten.__autopatch_rewritten__ = tuple(sorted(lines))
     return rewritten
+
+
+def _rewrap(layer, new_inner):
+    """``layer`` (the original, possibly wrapped by decorators that set ``__wrapped__``) with ``new_inner`` in
+    place of the plain function at the bottom: each wrapper is copied with the closure cell that held the layer
+    below it now holding that layer's copy. The wrappers keep their behaviour (``can_return_tuple``...)."""
+    below = getattr(layer, "__wrapped__", None)
+    if below is None:
+        return new_inner
+    replacement = _rewrap(below, new_inner)
+    cells = layer.__closure__ or ()
+
+    def holds_below(cell) -> bool:
+        try:
+            return cell.cell_contents is below
+        except ValueError:  # an empty cell
+            return False
+
+    if not any(holds_below(cell) for cell in cells):
+        raise NotRewritable(f"{_name(layer)}: a decorator whose wrapper does not hold the function it wraps")
+    closure = tuple(types.CellType(replacement) if holds_below(cell) else cell for cell in cells)
+    copy_ = types.FunctionType(layer.__code__, layer.__globals__, layer.__name__, layer.__defaults__, closure)
+    copy_.__kwdefaults__ = layer.__kwdefaults__
+    copy_.__dict__.update(layer.__dict__)
+    for attribute in ("__module__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(copy_, attribute, getattr(layer, attribute))
+    copy_.__wrapped__ = replacement
+    return copy_
