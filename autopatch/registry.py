@@ -436,6 +436,19 @@ PATCHES = (
         "torch.all(mask == 1)`: a data-dependent guard (Eq(u0, 1)) in every decode step. Under export the mask "
         "stays a tensor (ones where the original returns None; its consumer multiplies by it, so no bit changes).",
     ),
+    PatchSpec(
+        id="transformers.generation.input_preparation",
+        family="transformers",
+        trigger="transformers.generation.utils",
+        target="GenerationMixin._cache_dependant_input_preparation_exporting",
+        mode="route",
+        replacement="autopatch.patches.transformers_generation:cache_dependant_input_preparation",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("472310d9b203",),
+        reason="4.x prepare_inputs_for_generation, while exporting, always gathers input_ids[:, cache_position]: a "
+        "decode step given only its new tokens exports, then every run raises IndexError. The eager cases instead: "
+        "ids already the new tokens stay, a position past the ids keeps the last tokens (a traced select).",
+    ),
     # --- end of RoPE and state-space scans ---
     # --- transformers family: MoE and vision-language models (issue 5) ---
     PatchSpec(
