@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 
-from . import config, hooks, install, registry, selection, state, versions
+from . import config, hooks, install, registry, scope, selection, state, versions
 
 log = logging.getLogger("autopatch")
 
@@ -87,12 +87,16 @@ class Agent:
     def _load_user_rewrites(self) -> list[str]:
         """The rewrite patches EXPORT_PATCHES_REWRITE names, as read now (an earlier enable's that the variable
         no longer names leave the table)."""
-        from .rewrite import user_targets
+        from .rewrite import auto, user_targets
 
-        specs, problems = user_targets.specs_from(config.read("EXPORT_PATCHES_REWRITE"))
+        text = config.read("EXPORT_PATCHES_REWRITE")
+        specs, problems = user_targets.specs_from(text)
+        self.auto_rewrite = user_targets.auto_requested(text)
         wanted = {spec.id for spec in specs}
         for spec in list(self.patches):
             if spec.id.startswith(user_targets.PREFIX) and spec.id not in wanted:
+                self.remove(spec.id)
+            elif spec.id.startswith(auto.PREFIX) and not self.auto_rewrite:
                 self.remove(spec.id)
         for spec in specs:
             if spec.id not in self.records:
@@ -116,6 +120,8 @@ class Agent:
             chosen = [s for s in self.entry_points] + [s for s in self.patches if s.id in sel.ids]
             for spec in chosen:
                 self._arm(self.records[spec.id])
+            if self.auto_rewrite:
+                scope.on_export_failure = self._rewrite_after_failure
             log.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
             return sel
 
@@ -151,8 +157,38 @@ class Agent:
             raise AgentError(f"{message}\n{detail}" if detail else message)
         log.warning("autopatch: %s", message)
 
+    auto_rewrite = False
+
+    def _rewrite_after_failure(self, exc) -> bool:
+        """EXPORT_PATCHES_REWRITE=auto: installs a rewrite of the function whose ``if`` stopped the export;
+        True when there is a new one to try. Otherwise a note on the exception says why not."""
+        from .rewrite import auto
+
+        found = auto.failing_function(exc)
+        if isinstance(found, str):
+            return False  # not a data-dependent guard in reachable code: nothing for this mode to say
+        module, qualname, line = found
+        spec = auto.spec_for(module, qualname)
+        with self._lock:
+            if spec.id in self.records:
+                _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} is rewritten already and "
+                      f"still stops the export at line {line}: {self.records[spec.id].detail or 'see autopatch diff'}")
+                return False
+            self.add(spec)
+            record = self.records[spec.id]
+            self._arm(record)
+        if record.state not in state.INSTALLED:
+            _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} not rewritten: "
+                  f"{record.state}: {record.detail.strip().splitlines()[-1] if record.detail.strip() else ''}")
+            return False
+        log.warning("autopatch: rewrote %s.%s (a data-dependent `if` at line %s stopped the export); exporting "
+                    "again", module, qualname, line)
+        return True
+
     def disable(self) -> None:
         with self._lock:
+            if scope.on_export_failure == self._rewrite_after_failure:
+                scope.on_export_failure = None
             for record in self.records.values():
                 if record.state in state.INSTALLED:
                     install.uninstall(record)
@@ -167,3 +203,8 @@ class Agent:
 
 
 AGENT = Agent()
+
+
+def _note(exc, text: str) -> None:
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(text)

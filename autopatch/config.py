@@ -39,8 +39,9 @@ VARIABLES = (
         "EXPORT_PATCHES_REWRITE",
         "",
         "Your own functions whose tensor-condition `if` statements become `torch.cond` under export: a comma list "
-        "of `module:qualname` (`my_model:MyModel.forward`). Each is a patch `rewrite.user.<module>.<qualname>`, "
-        "installed when its module is imported.",
+        "of `module:qualname` (`my_model:MyModel.forward`), each a patch `rewrite.user.<module>.<qualname>` "
+        "installed when its module is imported; and/or `auto`: when an `if` on a tensor stops an export, that "
+        "function is rewritten (`rewrite.auto.<module>.<qualname>`) and the export runs again.",
     ),
     EnvVar(
         "EXPORT_PATCHES_LOG",

@@ -32,6 +32,10 @@ _last_run = None
 #: Every finished run of this process, for EXPORT_PATCHES_REPORT.
 _runs: list = []
 _runs_lock = threading.Lock()
+#: ``fn(exception) -> bool`` called when an outermost export fails; True: it changed something (installed a
+#: rewrite), so the export runs again. Set by the agent under EXPORT_PATCHES_REWRITE=auto.
+on_export_failure = None
+MAX_RETRIES = 8
 
 
 class ExportRun:
@@ -167,7 +171,13 @@ def make_entry(original, record):
         run = ExportRun(entry_name)
         token = _RUN.set(run)
         try:
-            return original(*args, **kwargs)
+            for attempt in range(MAX_RETRIES + 1):
+                try:
+                    return original(*args, **kwargs)
+                except Exception as exc:
+                    retry = on_export_failure
+                    if retry is None or attempt == MAX_RETRIES or not retry(exc):
+                        raise
         except BaseException as exc:
             run.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             raise

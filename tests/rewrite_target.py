@@ -59,3 +59,12 @@ def hands_on_a_tuple(x):
     if x.sum() > 0:
         out = (x, x)
     return out
+
+
+class ReturnsEarly(torch.nn.Module):
+    """An ``if`` on a tensor that returns: torch.cond cannot express it, so it cannot be rewritten."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return -x

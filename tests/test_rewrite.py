@@ -226,3 +226,62 @@ def test_float16_export_with_the_rewrite_matches_eager_on_both_branches(make_age
     if name not in NORMALISED_AFTER_THE_LAYERS:
         # The last run was the overflowing copy: the program took the clamp branch, as eager did.
         assert got.encoder_last_hidden_state.abs().max() == CLAMPED
+
+
+# --- EXPORT_PATCHES_REWRITE=auto: the function whose `if` stopped the export is rewritten, the export re-run ----
+
+AUTO_CODE = """
+import torch, autopatch, rewrite_target as t
+m = {model}
+x = torch.randn(2, 4)
+try:
+    p = torch.export.export(m, (x,), dynamic_shapes=({{0: torch.export.Dim.DYNAMIC}},))
+except Exception as exc:
+    print("FAILED", type(exc).__name__, getattr(exc, "__notes__", []))
+    raise SystemExit(0)
+for n in (1, 5):
+    y = torch.randn(n, 4) * 10
+    torch.testing.assert_close(p.module()(y), m(y))
+print("EXPORTED", sorted(autopatch.last_export_report()["patches"]))
+print("STATES", {{k: r["state"] for k, r in ((r["id"], r) for r in autopatch.status()["patches"]) if "auto" in k}})
+"""
+
+
+def _auto(model, **env):
+    tests = str(registry.__file__).rsplit("/autopatch/", 1)[0] + "/tests"
+    done = run_py(AUTO_CODE.format(model=model), EXPORT_PATCHES="1", PYTHONPATH=tests, **env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_auto_rewrites_the_function_that_stopped_the_export_and_exports_again():
+    done = _auto("t.ClampIfLarge()", EXPORT_PATCHES_REWRITE="auto")
+    assert "EXPORTED ['rewrite.auto.rewrite_target.ClampIfLarge.forward', " in done.stdout
+    assert "'rewrite.auto.rewrite_target.ClampIfLarge.forward': 'applied-late'" in done.stdout
+    assert "rewrote rewrite_target.ClampIfLarge.forward (a data-dependent `if` at line 17" in done.stderr
+    without = _auto("t.ClampIfLarge()")  # no auto: the export fails as it does without autopatch
+    assert "FAILED GuardOnDataDependentSymNode []" in without.stdout
+
+
+def test_auto_says_why_when_the_function_cannot_be_rewritten():
+    done = _auto("t.ReturnsEarly()", EXPORT_PATCHES_REWRITE="auto")
+    assert "FAILED GuardOnDataDependentSymNode" in done.stdout
+    assert "rewrite_target.ReturnsEarly.forward not rewritten: skipped: nothing to rewrite" in done.stdout
+    assert "a branch holds `return`" in done.stdout
+
+
+@pytest.mark.requires("transformers>=5")  # one version is enough: the shipped rows prove both
+def test_auto_finds_a_transformers_layer_on_its_own(make_agent, monkeypatch):
+    """Float16 bart with the shipped fp16 rows left out: auto mode finds BartEncoderLayer.forward by itself."""
+    monkeypatch.setenv("EXPORT_PATCHES_REWRITE", "auto")
+    own = make_agent([s for s in registry.PATCHES if s.family == "pytree"])
+    model = _build16("bart")
+    program = _export16(model)
+    auto_id = "rewrite.auto.transformers.models.bart.modeling_bart.BartEncoderLayer.forward"
+    assert autopatch.last_export_report()["patches"][auto_id] > 0
+    assert own.records[auto_id].state == "applied-late"
+    inputs = _inputs(4, 5, 2, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
+    own.disable()
+    assert own.records[auto_id].state == "disabled"

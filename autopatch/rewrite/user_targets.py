@@ -14,15 +14,20 @@ PREFIX = "rewrite.user."
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
+#: The word that turns on rewriting after a failure (``rewrite.auto``) instead of naming a function.
+AUTO = "auto"
+
+
 def specs_from(text: str) -> tuple[list[PatchSpec], list[str]]:
     """The specs named by ``text``, and one problem line per malformed entry (the others still apply)."""
     specs, problems = [], []
     for entry in (part.strip() for part in text.split(",")):
-        if not entry:
+        if not entry or entry == AUTO:
             continue
         if not _ENTRY.match(entry):
             problems.append(
-                f"EXPORT_PATCHES_REWRITE: {entry!r} is not module:qualname (valid: e.g. my_model:MyModel.forward)"
+                f"EXPORT_PATCHES_REWRITE: {entry!r} is not module:qualname or {AUTO!r} "
+                "(valid: e.g. my_model:MyModel.forward,auto)"
             )
             continue
         module, target = entry.split(":")
@@ -41,3 +46,7 @@ def specs_from(text: str) -> tuple[list[PatchSpec], list[str]]:
             )
         )
     return specs, problems
+
+
+def auto_requested(text: str) -> bool:
+    return AUTO in (part.strip() for part in text.split(","))
