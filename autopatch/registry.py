@@ -516,6 +516,18 @@ PATCHES = (
                              ("longcat_flash", "LongcatFlashMoE"))
     ),
     PatchSpec(
+        id="transformers.moe.jamba",
+        family="transformers",
+        trigger="transformers.models.jamba.modeling_jamba",
+        target="JambaSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:jamba_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("cfbc37d21130",),
+        reason="Jamba's 4.x sparse block: Mixtral's expert loop with `if top_x.shape[0] == 0: continue` (guard "
+        "Eq(u1, 0)), its gate named router, no renormalisation. Every expert on every token instead.",
+    ),
+    PatchSpec(
         id="transformers.moe.qwen3_next",
         family="transformers",
         trigger="transformers.models.qwen3_next.modeling_qwen3_next",

@@ -239,6 +239,9 @@ RECURRENT = [
     ("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM",
      dict(mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
           mamba_chunk_size=8, mamba_d_ssm=128, head_dim=16)),
+    ("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+     dict(layer_types=["mamba", "attention"], num_local_experts=0, shared_intermediate_size=64, mamba_n_heads=4,
+          mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)),
     # Gated delta-net (linear attention) layers next to full attention; dense MLPs.
     ("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
      dict(head_dim=16, layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
@@ -599,6 +602,9 @@ VLM_ZOO = [("vipllava", "VipLlavaConfig"), ("paligemma", "PaliGemmaConfig"), ("a
            ("fuyu", "FuyuConfig")]
 
 
+IDEFICS_ZOO = [("idefics2", "Idefics2Config"), ("idefics3", "Idefics3Config"), ("smolvlm", "SmolVLMConfig")]
+
+
 def _vlm_zoo():
     import sys
 
@@ -619,7 +625,18 @@ def _vlm_cases():
         return Case(f"{name}/prefill", "vlm", "prefill", build, needs=(config_class,),
                     note="4 image tokens per image, dynamic image batch and text length")
 
-    return [case(name, config_class) for name, config_class in VLM_ZOO]
+    def idefics(name, config_class):
+        def build():
+            zoo = _vlm_zoo()
+            sets = [{**zoo.idefics_prefill(batch, seq, images, seed=i + 1), "use_cache": False}
+                    for i, (batch, seq, images) in enumerate([(2, 5, 2), (3, 7, 3), (4, 9, 1)])]
+            return (zoo.build_idefics(name), *sets)
+
+        return Case(f"{name}/prefill", "vlm", "prefill", build, needs=(config_class,),
+                    note="several images per sample: dynamic batch, images per sample and text length")
+
+    return ([case(name, config_class) for name, config_class in VLM_ZOO]
+            + [idefics(name, config_class) for name, config_class in IDEFICS_ZOO])
 
 
 def all_cases():

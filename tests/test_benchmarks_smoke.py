@@ -78,3 +78,4 @@ def test_the_benchmark_vlm_list_is_the_tests_zoo():
     import vlm_zoo
 
     assert [name for name, _ in catalogue.VLM_ZOO] == list(vlm_zoo.NAMES)
+    assert [name for name, _ in catalogue.IDEFICS_ZOO] == list(vlm_zoo.IDEFICS)

@@ -264,9 +264,10 @@ HYBRIDS = {  # config class, model class, extra config
     "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
                          dict(layer_types=["mamba", "attention"], num_local_experts=0, shared_intermediate_size=64,
                               **MAMBA2_MIXER)),
+    # Layer 0 mamba with a dense MLP, layer 1 attention with a 4-expert sparse block.
     "jamba": ("JambaConfig", "JambaForCausalLM",
-              dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=100, num_experts=1, mamba_d_state=4,
-                   mamba_expand=2, use_mamba_kernels=False)),
+              dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                   num_experts=4, num_experts_per_tok=2, mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)),
     # Attention and mamba side by side in every layer.
     "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM", dict(mamba_d_ssm=64, **MAMBA2_MIXER)),
 }
@@ -275,7 +276,7 @@ HYBRID_PATCHES_4X = {
     "qwen3_next": ["transformers.qwen3_next.linear_attention_mask"],
     "bamba": ["transformers.bamba.mamba_mask", "transformers.bamba.decode_position"],
     "granitemoehybrid": ["transformers.granitemoehybrid.mamba_mask", "transformers.granitemoehybrid.decode_position"],
-    "jamba": ["transformers.jamba.mamba_mask", "transformers.jamba.causal_mask_length"],
+    "jamba": ["transformers.jamba.mamba_mask", "transformers.jamba.causal_mask_length", "transformers.moe.jamba"],
     "falcon_h1": ["transformers.falcon_h1.mamba_mask", "transformers.falcon_h1.decode_position",
                   "transformers.falcon_h1.cache_update"],
 }

@@ -38,11 +38,11 @@ def _all_experts(experts, tokens, weights, dtype=None):
     return total
 
 
-def _routed_experts(self, hidden_states, normalize: bool):
-    """What the 4.x sparse blocks share: the gate, dense top-k weights, every expert on every token.
-    Returns ``(tokens [T, H], routed output [T, H], router_logits)``."""
+def _routed_experts(self, hidden_states, normalize: bool, gate=None):
+    """What the 4.x sparse blocks share: the gate (``self.gate`` unless given), dense top-k weights, every expert
+    on every token. Returns ``(tokens [T, H], routed output [T, H], router_logits)``."""
     tokens = hidden_states.view(-1, hidden_states.shape[-1])
-    router_logits = self.gate(tokens)
+    router_logits = (gate or self.gate)(tokens)
     weights = _dense_routing(router_logits, self.top_k, normalize=normalize, dtype=tokens.dtype)
     return tokens, _all_experts(self.experts, tokens, weights), router_logits
 
@@ -52,6 +52,13 @@ def mixtral_sparse_moe_forward(self, hidden_states: torch.Tensor):
     if self.training and self.jitter_noise > 0:
         hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
     _, output, router_logits = _routed_experts(self, hidden_states, normalize=True)
+    return output.reshape(hidden_states.shape), router_logits
+
+
+def jamba_sparse_moe_forward(self, hidden_states: torch.Tensor):
+    """JambaSparseMoeBlock.forward (4.x): Mixtral's loop with its gate named ``router`` and the top-k weights not
+    renormalised; every expert on every token instead."""
+    _, output, router_logits = _routed_experts(self, hidden_states, normalize=False, gate=self.router)
     return output.reshape(hidden_states.shape), router_logits
 
 
