@@ -89,6 +89,13 @@ HYBRID_MAMBA_4X = (
     ("falcon_h1", "FalconHybridMambaAttentionDynamicCache", "FalconH1Model", "FalconH1Mixer", "04d321f63f14"),
 )
 
+#: 4.x Idefics-family VLMs: (model, class prefix, fingerprint of get_image_features, its rewriter).
+IDEFICS_4X = (
+    ("idefics2", "Idefics2", "b7dfd689b1da", "idefics_image_features_4x"),
+    ("idefics3", "Idefics3", "fd6b32bc0b14", "idefics_image_features_4x"),
+    ("smolvlm", "SmolVLM", "b1325e7e4dfe", "smolvlm_image_features_4x"),
+)
+
 PATCHES = (
     PatchSpec(
         id="pytree.dynamic_cache",
@@ -599,6 +606,66 @@ PATCHES = (
         for model, owner, fingerprint in (("idefics2", "Idefics2Model", "716925f847c1"),
                                           ("idefics3", "Idefics3Model", "139f24c52f3b"),
                                           ("smolvlm", "SmolVLMModel", "60993f3ef784"))
+    ),
+    # 4.x Idefics2 / Idefics3 / SmolVLM: patch positions without a loop over images, the mask reshape of 5.x.
+    *(
+        spec
+        for model, prefix, features_fingerprint, rewriter in IDEFICS_4X
+        for spec in (
+            PatchSpec(
+                id=f"transformers.vision.{model}_patch_positions",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{prefix}VisionEmbeddings.forward",
+                mode="route",
+                replacement="autopatch.patches.transformers_vision:navit_position_embeddings",
+                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+                fingerprints=("1483d2a65a17",),  # one source in the three models
+                reason=f"{prefix}VisionEmbeddings.forward (4.x) loops over the images and builds "
+                "torch.arange(<patches kept>), a data-dependent length (guard Eq(u0, 0)). The same bucketed "
+                "positions for the whole batch at once; the program checks each mask keeps a top-left rectangle.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_image_features_4x",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{prefix}Model.get_image_features",
+                mode="rewrite",
+                replacement=f"autopatch.patches.transformers_vision:{rewriter}",
+                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+                fingerprints=(features_fingerprint,),
+                reason=f"{prefix}Model.get_image_features (4.x) views the pixel mask as batch_size * num_images, "
+                "which fixes the images per sample" + (" and tests `not any(real_images_inds)` in Python" if
+                                                       model == "smolvlm" else "") + ". Rewritten from the source: "
+                "flatten(0, 1)" + (", and the flag update as one tensor expression" if model == "smolvlm" else "")
+                + ".",
+            ),
+        )
+    ),
+    PatchSpec(
+        id="transformers.vision.idefics2_full_patch_mask",
+        family="transformers",
+        trigger="transformers.models.idefics2.modeling_idefics2",
+        target="Idefics2VisionTransformer.forward",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_vision:idefics2_full_patch_mask",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("5b07d59eaa6c",),
+        reason="4.x Idefics2's vision tower drops an all-true patch mask with `if not torch.any(~mask)` (reads the "
+        "mask). While tracing it takes the other branch, the 4D additive mask, which attends the same (Idefics3's "
+        "order).",
+    ),
+    PatchSpec(
+        id="transformers.vision.smolvlm_merger_check",
+        family="transformers",
+        trigger="transformers.models.smolvlm.modeling_smolvlm",
+        target="SmolVLMModel.inputs_merger",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_vision:smolvlm_merger_check",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("410688bf374b",),
+        reason="4.x SmolVLM checks image token counts with `if not torch.all(...): raise`; a torch._check_tensor_all "
+        "instead (a runtime assertion in the program), as 5.x does.",
     ),
     PatchSpec(
         id="transformers.vision.fuyu_image_features",

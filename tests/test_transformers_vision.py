@@ -163,17 +163,25 @@ def _gemma3_runs_match(model, program):
             torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
 
 
+def _fails_without_then_exports(make_agent, export, patch_ids, error):
+    """With the pytree family alone ``export()`` fails with ``error``; with ``patch_ids`` added it exports and
+    uses each of them. Returns the program."""
+    pytree = [s for s in registry.PATCHES if s.family == "pytree"]
+    own = make_agent(pytree)
+    with pytest.raises(Exception, match=error):
+        export()
+    own.disable()
+    make_agent(pytree + [s for s in registry.PATCHES if s.id in patch_ids])
+    program = export()
+    assert set(autopatch.last_export_report()["patches"]) >= set(patch_ids)
+    return program
+
+
 @pytest.mark.requires("transformers<5")
 def test_gemma3_vlm_needs_the_placeholder_patch_on_4x(make_agent):
     model = _gemma3()
-    pytree_only = [s for s in registry.PATCHES if s.family == "pytree"]
-    own = make_agent(pytree_only)
-    with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
-        _gemma3_export(model)
-    own.disable()
-    make_agent(pytree_only + [s for s in registry.PATCHES if s.id == GEMMA3_MASK])
-    program = _gemma3_export(model)
-    assert autopatch.last_export_report()["patches"][GEMMA3_MASK] == 1
+    program = _fails_without_then_exports(make_agent, lambda: _gemma3_export(model), {GEMMA3_MASK},
+                                          "Could not guard on data-dependent expression")
     _gemma3_runs_match(model, program)
     bad = _gemma3_prefill(2, 6, 5)
     bad["input_ids"][:, 1] = 0  # one placeholder less per image: the runtime check still refuses it
@@ -209,14 +217,10 @@ def _vlm_export(name, model):
 @pytest.mark.parametrize("name", vlm_zoo.NAMES)
 def test_vlm_placeholder_mask_fails_without_and_matches_eager_with_it(make_agent, name):
     model = vlm_zoo.build(name)
-    own = make_agent(_vlm_patches(name))
-    with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
-        _vlm_export(name, model)
-    own.disable()
     needed = ("placeholder_mask", "image_features") if name == "fuyu" else ("placeholder_mask",)
-    make_agent(_vlm_patches(name, *needed))
-    program = _vlm_export(name, model)
-    assert set(autopatch.last_export_report()["patches"]) >= {f"transformers.vision.{name}_{k}" for k in needed}
+    program = _fails_without_then_exports(make_agent, lambda: _vlm_export(name, model),
+                                          {f"transformers.vision.{name}_{kind}" for kind in needed},
+                                          "Could not guard on data-dependent expression")
     for batch, text_len, seed in ((1, 3, 3), (4, 8, 4)):
         inputs = vlm_zoo.prefill(name, batch, text_len, seed)
         with torch.no_grad():
@@ -249,19 +253,22 @@ def _idefics_export(model):
         return torch.export.export(model, (), kwargs=traced, dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
 
 
-@pytest.mark.requires("transformers>=5")
+def _idefics_rows(name):
+    """What each version needs: 5.x one rewrite of get_image_features; 4.57 the loop-free patch positions, the
+    mask reshape and, per model, Idefics2's full-mask test or SmolVLM's merger check."""
+    if not TF4:
+        return {f"transformers.vision.{name}_image_features"}
+    extra = {"idefics2": {"transformers.vision.idefics2_full_patch_mask"},
+             "smolvlm": {"transformers.vision.smolvlm_merger_check"}}.get(name, set())
+    return {f"transformers.vision.{name}_patch_positions", f"transformers.vision.{name}_image_features_4x", *extra}
+
+
 @pytest.mark.parametrize("name", vlm_zoo.IDEFICS)
-def test_idefics_image_features_fail_without_and_match_eager_with(make_agent, name):
+def test_idefics_fails_without_its_rows_and_matches_eager_with_them(make_agent, name):
     model = vlm_zoo.build_idefics(name)
-    patch_id = f"transformers.vision.{name}_image_features"
-    pytree = [s for s in registry.PATCHES if s.family == "pytree"]
-    own = make_agent(pytree)
-    with pytest.raises(Exception, match="specialized it to be a constant"):
-        _idefics_export(model)
-    own.disable()
-    make_agent(pytree + [s for s in registry.PATCHES if s.id == patch_id])
-    program = _idefics_export(model)
-    assert autopatch.last_export_report()["patches"][patch_id] == 1
+    rows = _idefics_rows(name)
+    error = "Could not guard on data-dependent expression" if TF4 else "specialized it to be a constant"
+    program = _fails_without_then_exports(make_agent, lambda: _idefics_export(model), rows, error)
     # Other batches, text lengths and images per sample (one image: the traced view would have refused it).
     for batch, text_len, images, seed in ((1, 3, 1, 3), (4, 8, 2, 4)):
         inputs = vlm_zoo.idefics_prefill(batch, text_len, images, seed)
@@ -305,3 +312,19 @@ def test_sam_mask_decoder_needs_no_patch(agent):
             got, expected = program.module()(**_sam_inputs(batch, points, seed)), model(**_sam_inputs(batch, points, seed))
             torch.testing.assert_close(got.iou_scores, expected.iou_scores)
             torch.testing.assert_close(got.pred_masks, expected.pred_masks)
+
+
+
+@pytest.mark.requires("transformers<5")
+@pytest.mark.parametrize("name", vlm_zoo.IDEFICS)
+def test_each_idefics_row_is_needed_on_4x(make_agent, name):
+    model = vlm_zoo.build_idefics(name)
+    pytree = [s for s in registry.PATCHES if s.family == "pytree"]
+    rows = _idefics_rows(name)
+    for missing in sorted(rows):
+        own = make_agent(pytree + [s for s in registry.PATCHES if s.id in rows - {missing}])
+        with pytest.raises(Exception, match="data-dependent|specialized|Guard failed"):
+            program = _idefics_export(model)
+            # The mask reshape is needed only for another number of images per sample, which the program refuses.
+            program.module()(**vlm_zoo.idefics_prefill(2, 4, 1, 7))
+        own.disable()

@@ -165,3 +165,86 @@ def idefics_image_features(get_image_features):
         "pixel_attention_mask.view(batch_size * num_images, *pixel_attention_mask.shape[2:])":
         "pixel_attention_mask.flatten(0, 1)",
     })
+
+
+# --- 4.x Idefics2 / Idefics3 / SmolVLM ----------------------------------------------------------------------------
+
+
+def navit_position_embeddings(self, pixel_values, patch_attention_mask):
+    """``<Idefics2|Idefics3|SmolVLM>VisionEmbeddings.forward`` (4.x) without its Python loop over the images.
+
+    The loop computes, per image, bucketed fractional coordinates for the ``h x w`` patches its mask keeps and
+    writes them into the kept positions; ``torch.arange(nb_patches_h)`` there has a data-dependent length. The
+    same arithmetic runs here on every position of the padded grid at once, and positions outside the kept
+    ``h x w`` rectangle get 0, as in the original. Row-major writing into "the kept positions" equals placing by
+    coordinates when the kept patches are the top-left rectangle, which is what the processors produce; the
+    program checks that at run time and refuses any other mask."""
+    batch_size, _, height, width = pixel_values.shape
+    patches = self.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
+    side = self.num_patches_per_side
+    boundaries = torch.arange(1 / side, 1.0, 1 / side, device=pixel_values.device)
+    rows, cols = patch_attention_mask.shape[1], patch_attention_mask.shape[2]
+    kept_h = patch_attention_mask[:, :, 0].sum(dim=1)  # [batch]
+    kept_w = patch_attention_mask[:, 0, :].sum(dim=1)
+    h = torch.arange(rows, device=pixel_values.device, dtype=pixel_values.dtype)
+    w = torch.arange(cols, device=pixel_values.device, dtype=pixel_values.dtype)
+    rectangle = (h[None, :, None] < kept_h[:, None, None]) & (w[None, None, :] < kept_w[:, None, None])
+    torch._check_tensor_all(
+        (rectangle == patch_attention_mask).all(),
+        lambda: "autopatch: the patch attention mask must keep a top-left rectangle of patches per image",
+    )
+    bucket_h = torch.bucketize(h[None, :] / kept_h[:, None] * (1 - 1e-6), boundaries, right=True)
+    bucket_w = torch.bucketize(w[None, :] / kept_w[:, None] * (1 - 1e-6), boundaries, right=True)
+    positions = (bucket_h[:, :, None] * side + bucket_w[:, None, :]).reshape(batch_size, -1)
+    positions = torch.where(patch_attention_mask.reshape(batch_size, -1), positions, torch.zeros_like(positions))
+    return patches + self.position_embedding(positions)
+
+
+#: 4.x get_image_features views the pixel mask as ``batch_size * num_images``: export records the product equal
+#: to the mask's first size, so another number of images per sample is refused. flatten(0, 1) is the same reshape.
+_MASK_VIEW = {"pixel_attention_mask.view(batch_size * num_images, *pixel_attention_mask.shape[2:])":
+              "pixel_attention_mask.flatten(0, 1)"}
+
+
+def idefics_image_features_4x(get_image_features):
+    """A rewriter for 4.x Idefics2/Idefics3 ``get_image_features``: the mask view above."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, _MASK_VIEW)
+
+
+def smolvlm_image_features_4x(get_image_features):
+    """A rewriter for 4.x SmolVLM ``get_image_features``: the mask view above, and ``if not any(real_images_inds):
+    real_images_inds[0] = True`` (Python's any() reads every flag) as the tensor expression 5.x uses."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        **_MASK_VIEW,
+        "if not any(real_images_inds):\n    real_images_inds[0] = True":
+        "real_images_inds[0] = real_images_inds[0] | ~torch.any(real_images_inds)",
+    })
+
+
+def idefics2_full_patch_mask(transformer_forward):
+    """A rewriter for 4.x Idefics2VisionTransformer.forward: ``if not torch.any(~patch_attention_mask): mask = None``
+    reads the mask. Its other branch (the 4D additive mask, zeros where every patch is kept) attends exactly as no
+    mask does, so while tracing the test is False: always the 4D mask, as Idefics3 does."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(transformer_forward, {
+        "not torch.any(~patch_attention_mask)":
+        "False if __autopatch_rt.is_traced_tensor(patch_attention_mask) else not torch.any(~patch_attention_mask)",
+    })
+
+
+def smolvlm_merger_check(inputs_merger):
+    """A rewriter for 4.x SmolVLMModel.inputs_merger: the ``if not torch.all(...): raise`` check on image token
+    counts becomes ``torch._check_tensor_all`` (a runtime assertion in the program), as 5.x has it."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(inputs_merger, {
+        "if not torch.all(num_image_tokens % patch_size == 0):\n"
+        "    raise ValueError('At least one sample has <image> tokens not divisible by patch_size.')":
+        "torch._check_tensor_all(num_image_tokens % patch_size == 0, "
+        "lambda: 'At least one sample has <image> tokens not divisible by patch_size.')",
+    })

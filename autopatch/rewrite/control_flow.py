@@ -64,20 +64,22 @@ def rewrite_tensor_conditions(function):
 
 
 def substitute_expressions(function, substitutions: dict):
-    """A copy of ``function`` where every occurrence of each expression (source text, compared after parsing, so
-    layout does not matter) is its replacement, which may call the runtime helpers as ``__autopatch_rt``. For
-    expressions whose value the surrounding code already implies (``runtime.assume``, ``runtime.known_as``) or
-    that have an equivalent export can trace. Every expression must occur."""
+    """A copy of ``function`` where every occurrence of each expression or statement (source text, compared after
+    parsing, so layout does not matter) is its replacement, which may call the runtime helpers as
+    ``__autopatch_rt``. For expressions whose value the surrounding code already implies (``runtime.assume``,
+    ``runtime.known_as``) or that have an equivalent export can trace. Every one of them must occur."""
     definition, _ = _parse(function)
-    wanted = {ast.dump(ast.parse(e, mode="eval").body): (e, r) for e, r in substitutions.items()}
+    wanted = {ast.dump(_parse_piece(e)): (e, r) for e, r in substitutions.items()}
     found: dict = {}
 
     class Substitute(ast.NodeTransformer):
         def generic_visit(self, node):
-            key = ast.dump(node) if isinstance(node, ast.expr) else None
+            key = ast.dump(node) if isinstance(node, (ast.expr, ast.stmt)) else None
             if key in wanted:
                 expression, replacement = wanted[key]
                 found.setdefault(expression, []).append(node.lineno)
+                if isinstance(node, ast.stmt):
+                    return ast.parse(textwrap.dedent(replacement)).body
                 return ast.parse(replacement, mode="eval").body
             return super().generic_visit(node)
 
@@ -86,6 +88,14 @@ def substitute_expressions(function, substitutions: dict):
     if missing:
         raise NotRewritable(f"nothing to rewrite in {_name(function)}: `{missing[0]}` does not occur")
     return _compile(function, ast.fix_missing_locations(definition), [n for lines in found.values() for n in lines])
+
+
+def _parse_piece(text: str):
+    """One expression, or else one statement (an ``if`` with its body...)."""
+    try:
+        return ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return ast.parse(textwrap.dedent(text)).body[0]
 
 
 def normalized_source(function) -> str:
