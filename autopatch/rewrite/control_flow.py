@@ -15,6 +15,11 @@ condition is not a traced tensor.
 
 The branches run as closures, so they read the function's other variables freely. A branch must be free of
 Python side effects (``torch.cond`` traces both): the statement rules above exclude the common ones.
+
+``substitute_expressions`` is the targeted variant the transformers rows use: named expressions or statements of
+one function replaced by traceable equivalents (a runtime assertion for what the code already implies, a shape
+for a value known to equal it), leaving the rest of the source as it is. Both compile the copy from its source
+and keep the original's closure, defaults and decorator wrappers.
 """
 
 from __future__ import annotations
