@@ -372,3 +372,20 @@ def test_attribute_codec_keeps_the_attribute_order_when_a_list_fills_later():
         cache.key_cache.append(torch.ones(2, 1))
     assert list(vars(rebuilt)) == list(vars(eager)) == ["states", "key_cache", "seen"]
     assert flatten(rebuilt)[1].tensors == flatten(eager)[1].tensors == ("states", "key_cache")
+
+
+@requires("transformers>=5")
+def test_a_linear_attention_layer_in_another_layout_is_refused_not_emptied(pytree_patches):
+    """transformers 5.3-5.12 kept one tensor per linear-attention layer, not a dict per state. Flattening such a
+    layer as "no states" gave wrong logits with no error (measured on 5.12.1); the codec now refuses it, naming
+    the way out. Simulated on a real 5.23 Mamba cache by putting the older layout back on one layer."""
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(transformers.MambaConfig(**MAMBA)).eval()
+    with torch.no_grad():
+        cache = model(input_ids=torch.randint(0, 64, (2, 5)), use_cache=True).cache_params
+    layer = cache.layers[0]
+    assert isinstance(layer.conv_states, dict)
+    torch.utils._pytree.tree_flatten(cache)  # the layout it was written for flattens
+    layer.conv_states = layer.conv_states[0]  # the 5.12 layout: one tensor
+    with pytest.raises(TypeError, match="conv_states is a Tensor, not the per-state dict .* exclude pytree.dynamic_cache"):
+        torch.utils._pytree.tree_flatten(cache)

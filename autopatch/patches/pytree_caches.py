@@ -83,7 +83,22 @@ class LayerKinds:
 
 
 def _is_linear(layer) -> bool:
-    return isinstance(getattr(layer, "conv_states", None), dict)
+    states = getattr(layer, "conv_states", _ABSENT)
+    if states is _ABSENT:
+        return False
+    if not isinstance(states, dict):
+        # transformers 5.3-5.12 keep one tensor per linear-attention layer (5.23: a dict per state index). Read as
+        # "no states", such a layer would be rebuilt empty and the program would compute wrong results silently
+        # (measured on 5.12.1): refuse loudly instead.
+        raise TypeError(
+            f"autopatch cannot flatten {type(layer).__name__}: its conv_states is a {type(states).__name__}, not the "
+            "per-state dict this codec was written for (transformers 5.23; 5.12 and older 5.x differ); exclude "
+            "pytree.dynamic_cache for this model (EXPORT_PATCHES=all,-pytree.dynamic_cache) or upgrade transformers"
+        )
+    return True
+
+
+_ABSENT = object()
 
 
 def _describe_layer(layer, kinds: LayerKinds):
