@@ -18,6 +18,11 @@ class Skip(Exception):
     """Raised by an installer that decides, after looking at the live objects, not to apply."""
 
 
+class Drifted(Skip):
+    """Raised by an installer whose own fingerprint check finds the source changed: state DRIFTED, as for the
+    specs whose fingerprints the installer checks itself."""
+
+
 def install(record, module, late: bool) -> None:
     """Installs ``record.spec`` on ``module``; any problem becomes the record's state, never an exception."""
     spec = record.spec
@@ -37,6 +42,9 @@ def install(record, module, late: bool) -> None:
             undo, detail = _swap(record, owner, name, raw), ""
             if undo is None:
                 return
+    except Drifted as exc:
+        record.set(state.DRIFTED, str(exc))
+        return
     except Skip as exc:
         record.set(state.SKIPPED, str(exc))
         return

@@ -22,6 +22,9 @@ broken = [
               requires=(("torch", ">=99"),)),
     PatchSpec("test.drifted", "torch", "scope_target", "double", "route", "scope_target:triple",
               fingerprints=("000000000000",)),
+    # An installer that checks the source itself (dynamic RoPE's) given another function: drifted too.
+    PatchSpec("test.installer_drifted", "transformers", "scope_target", "double", "install",
+              "autopatch.patches.transformers_rope:install_dynamic_rope_update"),
 ]
 agent = Agent(registry.EXPORT_ENTRY_POINTS, list(registry.PATCHES) + broken)
 agent.enable("all")
@@ -48,6 +51,8 @@ def test_broken_patches_are_reported_and_the_rest_applies():
     assert states["test.raises"] == ["failed", "RuntimeError: boom while installing on DynamicCache"]
     assert states["test.too_new"][0] == "skipped" and states["test.too_new"][1].startswith("needs torch>=99, found 2.")
     state, detail = states["test.drifted"]
+    assert state == "drifted" and "source of scope_target.double changed" in detail and "not applied" in detail
+    state, detail = states["test.installer_drifted"]
     assert state == "drifted" and "source of scope_target.double changed" in detail and "not applied" in detail
     # One log line for the failure, nothing else.
     assert out.stderr == (

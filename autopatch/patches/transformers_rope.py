@@ -32,7 +32,7 @@ import sys
 import torch
 
 from .. import fingerprint, scope
-from ..install import Skip
+from ..install import Drifted
 
 PATCH_ID = "transformers.rope.dynamic"
 
@@ -163,7 +163,7 @@ def install_dynamic_rope_update(module, name, original):
         raise RuntimeError(f"{module.__name__}.{name} is already patched by autopatch")
     found = fingerprint.of(original)
     if found not in FINGERPRINTS:
-        raise Skip(
+        raise Drifted(
             f"source of {module.__name__}.{name} changed (written against {', '.join(FINGERPRINTS)}, found "
             f"{found}); not applied"
         )
