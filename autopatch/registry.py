@@ -603,9 +603,10 @@ PATCHES = (
             "sample) to the traced sizes. Rewritten from the source: one flattened list element (concatenated by "
             "the caller to the same tensor) and a flatten of the mask's first two dims.",
         )
+        # Not SmolVLM: its 5.x output returns get_image_features' result itself, one tensor per sample, so no
+        # program can keep that list and a dynamic batch (measured: the features would come back as one element).
         for model, owner, fingerprint in (("idefics2", "Idefics2Model", "716925f847c1"),
-                                          ("idefics3", "Idefics3Model", "139f24c52f3b"),
-                                          ("smolvlm", "SmolVLMModel", "60993f3ef784"))
+                                          ("idefics3", "Idefics3Model", "139f24c52f3b"))
     ),
     # 4.x Idefics2 / Idefics3 / SmolVLM: patch positions without a loop over images, the mask reshape of 5.x.
     *(
