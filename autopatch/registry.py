@@ -148,8 +148,9 @@ PATCHES = (
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
         # 4.57's other hybrid models (zamba2, lfm2, mamba2) register with the same codec but fail further in
-        # their own code (mixers branching on cache_position[0] with no structural term beside it); falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a
-        # buffer): nothing could prove those rows.
+        # their own code (mixers branching on cache_position[0] with no structural term beside it);
+        # falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a buffer): nothing
+        # could prove those rows.
         for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"),
                                    ("jamba", "HybridMambaAttentionDynamicCache"),
                                    *((row[0], row[1]) for row in HYBRID_MAMBA_4X))

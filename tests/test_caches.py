@@ -387,5 +387,5 @@ def test_a_linear_attention_layer_in_another_layout_is_refused_not_emptied(pytre
     assert isinstance(layer.conv_states, dict)
     torch.utils._pytree.tree_flatten(cache)  # the layout it was written for flattens
     layer.conv_states = layer.conv_states[0]  # the 5.12 layout: one tensor
-    with pytest.raises(TypeError, match="conv_states is a Tensor, not the per-state dict .* exclude pytree.dynamic_cache"):
+    with pytest.raises(TypeError, match="conv_states is a Tensor, not the per-state dict .* exclude pytree.dynamic"):
         torch.utils._pytree.tree_flatten(cache)

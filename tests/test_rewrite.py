@@ -136,8 +136,8 @@ def test_environment_variable_rewrites_a_users_function_without_code_change():
                   PYTHONPATH=tests)
     assert done.returncode == 0, done.stderr
     assert "'rewrite.user.rewrite_target.ClampIfLarge.forward':" in done.stdout
-    assert "EXPORT_PATCHES_REWRITE: 'bad entry' is not module:qualname or 'auto' (valid: e.g. my_model:MyModel.forward,auto)" \
-        in done.stderr
+    assert ("EXPORT_PATCHES_REWRITE: 'bad entry' is not module:qualname or 'auto' "
+            "(valid: e.g. my_model:MyModel.forward,auto)") in done.stderr
     status = subprocess.run([sys.executable, "-m", "autopatch", "status"], capture_output=True, text=True,
                             env=clean_env(EXPORT_PATCHES="1", PYTHONPATH=tests,
                                           EXPORT_PATCHES_REWRITE="rewrite_target:ClampIfLarge.forward,bad entry"))

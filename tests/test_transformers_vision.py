@@ -154,7 +154,8 @@ def _gemma3_prefill(batch, text_len, seed):
 def _gemma3_export(model):
     traced, other = _gemma3_prefill(2, 5, 1), _gemma3_prefill(3, 7, 2)
     with torch.no_grad():
-        return torch.export.export(model, (), kwargs=traced, dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+        return torch.export.export(model, (), kwargs=traced,
+                                   dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
 
 
 def _gemma3_runs_match(model, program):
@@ -242,7 +243,8 @@ def test_fuyu_needs_its_image_features_patch_too(make_agent):
 
     patches = vlm_zoo.prefill("fuyu", 3, 4, 6)["image_patches"]
     with torch.no_grad():  # the one-element list concatenates to the per-image loop's result
-        assert torch.equal(torch.cat(original(model.model, patches)), torch.cat(fuyu_image_features(model.model, patches)))
+        one_list = fuyu_image_features(model.model, patches)
+        assert torch.equal(torch.cat(original(model.model, patches)), torch.cat(one_list))
 
 
 # --- 5.x Idefics2 / Idefics3 / SmolVLM: several images per sample -----------------------------------------------
@@ -250,7 +252,8 @@ def test_fuyu_needs_its_image_features_patch_too(make_agent):
 def _idefics_export(model):
     traced, other = vlm_zoo.idefics_prefill(2, 5, 2, 1), vlm_zoo.idefics_prefill(3, 7, 3, 2)
     with torch.no_grad():
-        return torch.export.export(model, (), kwargs=traced, dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+        return torch.export.export(model, (), kwargs=traced,
+                                   dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
 
 
 def _idefics_rows(name):
@@ -316,7 +319,8 @@ def test_sam_mask_decoder_needs_no_patch(agent):
         program = torch.export.export(model, (), kwargs=traced,
                                       dynamic_shapes=autopatch.guess_dynamic_shapes(traced, _sam_inputs(3, 5, 1)))
         for batch, points, seed in ((4, 2, 2), (1, 7, 3)):
-            got, expected = program.module()(**_sam_inputs(batch, points, seed)), model(**_sam_inputs(batch, points, seed))
+            inputs = _sam_inputs(batch, points, seed)
+            got, expected = program.module()(**inputs), model(**inputs)
             torch.testing.assert_close(got.iou_scores, expected.iou_scores)
             torch.testing.assert_close(got.pred_masks, expected.pred_masks)
 
