@@ -150,7 +150,8 @@ def fuyu_image_features(self, pixel_values, **kwargs):
 
 
 def idefics_image_features(get_image_features):
-    """A rewriter for 5.x Idefics2/Idefics3/SmolVLM ``get_image_features`` (rewrite mode: gets the original).
+    """A rewriter for 5.x Idefics2/Idefics3 ``get_image_features`` (rewrite mode: gets the original; SmolVLM has
+    the same code but returns the per-sample list in its output, so no row uses it there).
 
     Two expressions fix the image batch to the traced size: ``image_features.split(counts.tolist())`` (a list of
     Python ints) and ``pixel_attention_mask.view(batch_size * num_images, ...)`` (export records that product
