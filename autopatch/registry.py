@@ -274,6 +274,19 @@ PATCHES = (
         default=False,
     ),
     PatchSpec(
+        id="torch.min_max_by_range",
+        family="torch",
+        trigger="torch.fx.experimental.symbolic_shapes",
+        target="ShapeEnv._maybe_evaluate_static",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:maybe_evaluate_static",
+        requires=(("torch", ">=2.13"),),
+        reason="Grouped-query attention (repeat_kv's expand + reshape) makes torch guard Eq(Min(16*p + 16, "
+        "32*p + 32), 16*p + 16): always true, but undecidable for torch, so a decode step exported with a named "
+        "Dim for the past length fails ('Not all values of past ... satisfy the generated guard'). Drops the "
+        "Min/Max arguments the Dims' ranges show can never win, and lets torch decide again.",
+    ),
+    PatchSpec(
         id="torch.stop_if_static",
         family="torch",
         trigger="torch.fx.experimental.symbolic_shapes",

@@ -333,3 +333,56 @@ def test_decoder_export_with_default_torch_patches(agent, name):
         got = program.module()(**copy.deepcopy(run))
         expected = model(**copy.deepcopy(run))
     torch.testing.assert_close(got.logits, expected.logits)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Min/Max decided by value ranges: grouped-query attention with named Dims
+# ---------------------------------------------------------------------------------------------------------------
+
+MIN_MAX = ("torch.min_max_by_range",)
+
+
+def _named_decode_shapes(config):
+    """Named Dims, as torch's documentation writes them, for a one-token step: the mask covers the past and it."""
+    batch, past = Dim("batch", max=64), Dim("past", max=512)
+    layer = {0: batch, 2: past}
+    return {
+        "input_ids": {0: batch},
+        "attention_mask": {0: batch, 1: past + 1},
+        "past_key_values": [[layer] * config.num_hidden_layers, [layer] * config.num_hidden_layers],
+    }
+
+
+def _gqa_decode(ids, strict, runs=()):
+    """Exports a llama decode step (grouped-query attention) with named Dims under the patches ``ids`` and runs
+    the program on ``runs`` (batch, past) while they are still installed; returns the hit count of the patch."""
+    model, config = zoo.build("llama")
+    assert config.num_key_value_heads < config.num_attention_heads  # repeat_kv expands the keys and values
+    traced = zoo.decode_inputs(model, config, batch=2, past=6, seq=1, seed=1)
+    with patches(*ids) as own, torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
+                                      dynamic_shapes=_named_decode_shapes(config), strict=strict)
+        for batch, past in runs:
+            run = zoo.decode_inputs(model, config, batch=batch, past=past, seq=1, seed=past)
+            got = program.module()(**copy.deepcopy(run))
+            expected = model(**copy.deepcopy(run))
+            torch.testing.assert_close(got.logits, expected.logits)
+            torch.testing.assert_close(torch.utils._pytree.tree_leaves(got.past_key_values),
+                                       torch.utils._pytree.tree_leaves(expected.past_key_values))
+        return own.records[MIN_MAX[0]].hits if MIN_MAX[0] in own.records else 0
+
+
+def test_gqa_decode_with_named_dims_fails_without_min_max_patch(agent):
+    # Non-strict only: under strict=True dynamo's own tracing of the same reshape records no such guard.
+    others = [s.id for s in registry.PATCHES if s.default and s.family == "pytree"] + list(BROADCAST + VARKW)
+    with pytest.raises(Exception, match=r"Not all values of past .* satisfy the generated guard min\("):
+        _gqa_decode(others, strict=False)
+
+
+@STRICT
+def test_gqa_decode_with_named_dims_and_min_max_patch(agent, strict):
+    defaults = [s.id for s in registry.PATCHES if s.default and s.family in ("pytree", "torch")]
+    assert set(MIN_MAX) <= set(defaults)
+    hits = _gqa_decode(defaults, strict, runs=[(3, 9), (1, 17), (4, 2)])
+    if not strict:
+        assert hits > 0

@@ -12,6 +12,14 @@ Broadcasting between independent dynamic dims
       eq, expand_as...). Those only help together with backed_size_oblivious: with backed symbols a contiguity
       test in ``_prim_elementwise_meta`` still guards on the hints.
 
+Min/Max decided by value ranges
+    A view of an expanded tensor (``repeat_kv``: ``x[:, :, None].expand(...).reshape(...)``, in every
+    grouped-query attention of transformers) yields strides such as ``Min(16*p + 16, 32*p + 32)``; torch then
+    guards ``Eq(Min(16*p + 16, 32*p + 32), 16*p + 16)``. True for every p >= -1, but neither the simplifier nor
+    the range analysis (which bounds each side separately) can tell, so a named ``Dim("past")`` fails with
+    "Not all values of past ... satisfy the generated guard". ``maybe_evaluate_static`` drops the Min/Max
+    arguments that the symbols' ranges show can never win, then lets torch decide again.
+
 stop_if_static: ``set_replacement`` raises the moment a dynamic input dim becomes a constant or another input dim.
 
 var-keyword inputs: ``get_range_constraints`` and ``convert_guards_code_to_fn`` (``forward(self, x, **kwargs)``).
@@ -241,6 +249,51 @@ def export_backed_size_oblivious(original, *args, **kwargs):
 
     with _config.patch(backed_size_oblivious=True):
         return original(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Min/Max decided by value ranges
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@calls_original
+def maybe_evaluate_static(original, self, expr, **kwargs):
+    """ShapeEnv._maybe_evaluate_static (same signature). Asked only when torch itself cannot decide ``expr``
+    (it is about to guard): a Min/Max inside it is reduced to the arguments that can win over the symbols'
+    ranges, and torch decides the reduced expression. Ranges only narrow during a trace, so a reduction valid
+    now stays valid: the program holds for every size the Dims allow, with no guard."""
+    decided = original(self, expr, **kwargs)
+    if decided is not None or kwargs.get("compute_hint"):
+        return decided
+    from torch.utils._sympy.functions import Max, Min
+
+    nodes = expr.atoms(Min, Max)
+    if not nodes:
+        return None
+    given = kwargs.get("var_to_range")
+    ranges = dict(given) if given is not None else self.var_to_range
+    reduced = expr.xreplace({node: _winners(node, ranges) for node in nodes})
+    return None if reduced == expr else original(self, reduced, **kwargs)
+
+
+def _winners(node, ranges):
+    """``node`` (a Min or Max) without the arguments that some other argument beats over the whole ranges."""
+    from torch.utils._sympy.functions import Min
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    def beaten(a, b) -> bool:
+        gap = bound_sympy(a - b, {s: ranges.get(s) for s in (a - b).free_symbols if ranges.get(s) is not None})
+        return bool(gap.lower >= 0) if node.func is Min else bool(gap.upper <= 0)
+
+    args = list(node.args)
+    dropped = True
+    while dropped and len(args) > 1:
+        # One at a time: two arguments equal over the ranges beat each other, and one of them must stay.
+        loser = next((a for a in args if any(b is not a and beaten(a, b) for b in args)), None)
+        dropped = loser is not None
+        if dropped:
+            args.remove(loser)
+    return args[0] if len(args) == 1 else node.func(*args)
 
 
 # ---------------------------------------------------------------------------------------------------------------
