@@ -96,6 +96,16 @@ IDEFICS_4X = (
     ("smolvlm", "SmolVLM", "b1325e7e4dfe", "smolvlm_image_features_4x"),
 )
 
+#: transformers 4.48-4.53 cache rows: (short name, class in cache_utils, what fails without the row).
+LEGACY_CACHES = (
+    ("dynamic_cache", "DynamicCache", "as an export input or output. 4.48-4.49: not a pytree node; 4.50-4.53 "
+     "register it themselves, but their torch.fx flatten spec returns the leaves, and every program fails its "
+     "guards on its first call: replaced."),
+    ("static_cache", "StaticCache", "as an export input or output: not a pytree node."),
+    ("hybrid_cache", "HybridCache", "the sliding + full cache of Gemma2 and its kin: not a pytree node."),
+    ("mamba_cache", "MambaCache", "the cache of Mamba and FalconMamba (cache_utils then): not a pytree node."),
+)
+
 PATCHES = (
     PatchSpec(
         id="pytree.dynamic_cache",
@@ -128,9 +138,25 @@ PATCHES = (
         target="EncoderDecoderCache",
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_encoder_decoder_cache",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.48"), ("torch", ">=2.6")),
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
+    ),
+    # transformers 4.48-4.53: caches of per-kind tensor lists, before layers (pytree_legacy_caches). One row per
+    # root class; each registers its subclasses too.
+    *(
+        PatchSpec(
+            id=f"pytree.legacy.{short}",
+            family="pytree",
+            trigger="transformers.cache_utils",
+            target=cache_class,
+            mode="install",
+            replacement=f"autopatch.patches.pytree_legacy_caches:register_{short}",
+            requires=(("transformers", ">=4.48,<4.54"), ("torch", ">=2.6")),
+            reason=f"{cache_class} of transformers 4.48-4.53 (and its subclasses), {why} Flattened by attribute: "
+            "its tensor lists as children, the rest as structure; per-call counters rebuilt from the tensors.",
+        )
+        for short, cache_class, why in LEGACY_CACHES
     ),
     # transformers 4.x model-local caches: one row per model module, generated below from _MODEL_CACHES_4X.
     *(
@@ -438,7 +464,7 @@ PATCHES = (
         trigger="transformers.models.falcon_h1.modeling_falcon_h1",
         target="FalconHybridMambaAttentionDynamicCache.update",
         mode="rewrite",
-        replacement="autopatch.patches.transformers_ssm:shape_based_empty_check",
+        replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
         requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
         fingerprints=("65abdfdf6e47",),
         reason="FalconH1's 4.x cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: len() reads the "
@@ -469,6 +495,30 @@ PATCHES = (
         reason="4.x prepare_inputs_for_generation, while exporting, always gathers input_ids[:, cache_position]: a "
         "decode step given only its new tokens exports, then every run raises IndexError. The eager cases instead: "
         "ids already the new tokens stay, a position past the ids keeps the last tokens (a traced select).",
+    ),
+    PatchSpec(
+        id="transformers.legacy.cache_seq_length",
+        family="transformers",
+        trigger="transformers.cache_utils",
+        target="DynamicCache.get_seq_length",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
+        requires=(("transformers", ">=4.48,<4.51"), ("torch", ">=2.6")),
+        fingerprints=("528bacc3dfd5",),
+        reason="4.48-4.50: `len(self.key_cache[layer_idx]) == 0` reads the batch size as a plain int, so every "
+        "decode step (decoders call it in forward, EncoderDecoderCache per layer) exports with a constant batch. "
+        "Rewritten from the source to compare the first size.",
+    ),
+    PatchSpec(
+        id="transformers.legacy.cache_update",
+        family="transformers",
+        trigger="transformers.cache_utils",
+        target="DynamicCache.update",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
+        requires=(("transformers", ">=4.48,<4.51"), ("torch", ">=2.6")),
+        fingerprints=("f7165761909b",),
+        reason="The same test in DynamicCache.update of 4.48-4.50, called by every attention layer.",
     ),
     # --- end of RoPE and state-space scans ---
     # --- transformers family: MoE and vision-language models (issue 5) ---

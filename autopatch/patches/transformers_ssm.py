@@ -155,17 +155,6 @@ def assume_decode_position(torch_forward):
     })
 
 
-def shape_based_empty_check(update):
-    """A rewriter for 4.x FalconH1's cache ``update``: ``len(self.key_cache[layer_idx]) == 0`` takes ``len()`` of
-    a tensor (a decode step's keys), which fixes the batch to the traced size; ``runtime.is_empty`` compares
-    the first size symbolically for a tensor and is ``len() == 0`` for anything else."""
-    from ..rewrite.control_flow import substitute_expressions
-
-    return substitute_expressions(update, {
-        "len(self.key_cache[layer_idx]) == 0": "__autopatch_rt.is_empty(self.key_cache[layer_idx])",
-    })
-
-
 def causal_mask_length_from_mask(update_causal_mask):
     """A rewriter for 4.x Jamba's ``_update_causal_mask``: ``target_length = cache_position[-1] + 1`` is a tensor,
     so the mask's width becomes a data-dependent size the attention cannot match with the keys. With a 2D
