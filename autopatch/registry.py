@@ -96,11 +96,12 @@ IDEFICS_4X = (
     ("smolvlm", "SmolVLM", "b1325e7e4dfe", "smolvlm_image_features_4x"),
 )
 
-#: transformers 4.48-4.53 cache rows: (short name, class in cache_utils, what fails without the row).
+#: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
 LEGACY_CACHES = (
     ("dynamic_cache", "DynamicCache", "as an export input or output. 4.48-4.49: not a pytree node; 4.50-4.53 "
      "register it themselves, but their torch.fx flatten spec returns the leaves, and every program fails its "
-     "guards on its first call: replaced."),
+     "guards on its first call; 4.54-4.55's registration builds DynamicCache() on unflatten, which strict=True "
+     "cannot trace: replaced."),
     ("static_cache", "StaticCache", "as an export input or output: not a pytree node."),
     ("hybrid_cache", "HybridCache", "the sliding + full cache of Gemma2 and its kin: not a pytree node."),
     ("mamba_cache", "MambaCache", "the cache of Mamba and FalconMamba (cache_utils then): not a pytree node."),
@@ -142,7 +143,7 @@ PATCHES = (
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
     ),
-    # transformers 4.48-4.53: caches of per-kind tensor lists, before layers (pytree_legacy_caches). One row per
+    # transformers 4.48-4.55: tensor-list caches, then CacheLayerMixin ones (pytree_legacy_caches). One row per
     # root class; each registers its subclasses too.
     *(
         PatchSpec(
@@ -152,8 +153,8 @@ PATCHES = (
             target=cache_class,
             mode="install",
             replacement=f"autopatch.patches.pytree_legacy_caches:register_{short}",
-            requires=(("transformers", ">=4.48,<4.54"), ("torch", ">=2.6")),
-            reason=f"{cache_class} of transformers 4.48-4.53 (and its subclasses), {why} Flattened by attribute: "
+            requires=(("transformers", ">=4.48,<4.56"), ("torch", ">=2.6")),
+            reason=f"{cache_class} of transformers 4.48-4.55 (and its subclasses), {why} Flattened by attribute: "
             "its tensor lists as children, the rest as structure; per-call counters rebuilt from the tensors.",
         )
         for short, cache_class, why in LEGACY_CACHES
@@ -168,7 +169,7 @@ PATCHES = (
             mode="install",
             # The installer names its hit counter pytree.model_cache.<model> from the module, as here.
             replacement="autopatch.patches.pytree_caches:register_attribute_cache",
-            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+            requires=(("transformers", f">={since},<5"), ("torch", ">=2.6")),
             reason=f"{cache_class}, the {model} cache of transformers 4.x (5.x keeps these states in DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
@@ -177,9 +178,11 @@ PATCHES = (
         # their own code (mixers branching on cache_position[0] with no structural term beside it);
         # falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a buffer): nothing
         # could prove those rows.
-        for model, cache_class in (("mamba", "MambaCache"), ("qwen3_next", "Qwen3NextDynamicCache"),
-                                   ("jamba", "HybridMambaAttentionDynamicCache"),
-                                   *((row[0], row[1]) for row in HYBRID_MAMBA_4X))
+        # MambaCache moved out of cache_utils into modeling_mamba in 4.54 (pytree.legacy.mamba_cache before).
+        for model, cache_class, since in (("mamba", "MambaCache", "4.54"),
+                                          ("qwen3_next", "Qwen3NextDynamicCache", "4.56"),
+                                          ("jamba", "HybridMambaAttentionDynamicCache", "4.56"),
+                                          *((row[0], row[1], "4.56") for row in HYBRID_MAMBA_4X))
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
     PatchSpec(

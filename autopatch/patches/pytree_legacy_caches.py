@@ -1,4 +1,15 @@
-"""Pytree registrations for the caches of transformers 4.48-4.53, before caches were made of layers.
+"""Pytree registrations for the caches of transformers 4.48-4.55, before 4.56's ``Cache(layers=...)``.
+
+Two generations, told apart by probing the module, never by version alone:
+
+* 4.48-4.53: plain objects of tensor lists (below);
+* 4.54-4.55: ``Cache`` holds ``layers`` of ``CacheLayerMixin`` objects, built by ``Cache.__init__`` from a
+  config (it calls ``inspect.signature``, which dynamo cannot trace under ``strict=True``).  Flattened to the
+  same ``[key_cache, value_cache]`` (one tensor per layer that holds one); the context keeps each layer's class
+  and its other attributes, and the cache's own.  Unflatten builds the objects with ``__new__`` and sets their
+  attributes: no ``__init__`` runs.  The batch size inside ``layer_init_kwargs`` is read back from the tensors.
+
+4.48-4.53 in detail.
 
 Those caches are plain objects holding one list of tensors per kind of state: ``DynamicCache`` and
 ``StaticCache`` keep ``key_cache`` / ``value_cache`` (one tensor per layer), ``HybridCache`` the same with a
@@ -75,18 +86,20 @@ def _seen_tokens(cache):
     return 0
 
 
-def _register(cls, patch_id):
-    flatten, unflatten, flatten_with_keys = make_legacy_codec(cls, patch_id)
+def _register(cls, codec):
+    flatten, unflatten, flatten_with_keys = codec
     previous_fx = _remove_fx_spec(cls)
     try:
         undo, detail = pytree_registration.register(
-            cls, flatten, unflatten, flatten_with_keys, _to_dumpable, _from_dumpable, replaceable=REPLACEABLE
+            cls, flatten, unflatten, flatten_with_keys,
+            # JSON of nested tuples; restore() takes plain tuples for Attributes.
+            cache_attributes.to_dumpable, cache_attributes.from_dumpable, replaceable=REPLACEABLE,
         )
     except Exception:
         _restore_fx_spec(cls, previous_fx)
         raise
     if previous_fx is not None:
-        detail = (detail + "; " if detail else "") + "removed its torch.fx flatten spec (it returned the leaves)"
+        detail = (detail + "; " if detail else "") + "removed its torch.fx flatten spec (torch.fx then follows this flattening)"
 
     def undo_all() -> str:
         problem = undo()
@@ -114,21 +127,95 @@ def _restore_fx_spec(cls, previous) -> None:
         fx_pytree.SUPPORTED_NODES[cls], fx_pytree.SUPPORTED_NODES_EXACT_MATCH[cls] = previous
 
 
+#: 4.54-4.55 layers: the attributes that travel as children; every other one is structure.
+KV = frozenset({"keys", "values"})
+#: Keys of a cache's ``layer_init_kwargs`` that hold the batch size (a per-call value).
+BATCH_KWARGS = ("batch_size", "max_batch_size")
+
+
+def make_layer_object_codec(cls, patch_id: str):
+    layer_classes: dict = {}  # qualified name -> class, learnt on eager flattens (dynamo cannot import by name)
+
+    def name_of(layer_cls) -> str:
+        name = f"{layer_cls.__module__}:{layer_cls.__qualname__}"
+        layer_classes[name] = layer_cls
+        return name
+
+    def flatten(cache):
+        scope.count_hit(patch_id)
+        keys, values, layers = [], [], []
+        for layer in cache.layers:
+            attributes = cache_attributes.split(layer, KV)
+            if attributes.tensors:
+                raise TypeError(
+                    f"autopatch cannot flatten {type(layer).__name__}: it holds tensors besides keys and values "
+                    f"({', '.join(attributes.tensors)})"
+                )
+            kv = getattr(layer, "keys", None) is not None
+            if kv:
+                keys.append(layer.keys)
+                values.append(layer.values)
+            layers.append((name_of(type(layer)), attributes, kv))
+        own = cache_attributes.split(cache, frozenset({"layers", "layer_classes", "layer_init_kwargs"}))
+        if own.tensors:
+            raise TypeError(f"autopatch cannot flatten {type(cache).__name__}: tensors in {', '.join(own.tensors)}")
+        chosen = cache.layer_classes
+        classes = tuple(name_of(c) for c in chosen) if isinstance(chosen, (list, tuple)) else name_of(chosen)
+        init = dict(getattr(cache, "layer_init_kwargs", {}))
+        batch = tuple(k for k in BATCH_KWARGS if k in init)
+        init = cache_attributes.freeze({k: v for k, v in init.items() if k not in batch})
+        return [keys, values], (tuple(layers), own, classes, init, batch)
+
+    def flatten_with_keys(cache):
+        children, context = flatten(cache)
+        return [(torch.utils._pytree.MappingKey(n), c) for n, c in zip(("key_cache", "value_cache"), children)], context
+
+    def unflatten(children, context):
+        layers, own, classes, init, batch = context
+        keys, values = (list(child) for child in children)
+        first = keys[0] if keys else None
+        built = []
+        for name, attributes, kv in layers:
+            layer = layer_classes[name].__new__(layer_classes[name])
+            pair = [keys.pop(0), values.pop(0)] if kv else []
+            cache_attributes.restore(layer, attributes, pair)  # pair only feeds a batch size kept as an int
+            layer.keys, layer.values = pair if kv else (None, None)
+            built.append(layer)
+        cache = cls.__new__(cls)
+        cache.layers = built
+        cache.layer_classes = [layer_classes[n] for n in classes] if isinstance(classes, tuple) else layer_classes[classes]
+        cache.layer_init_kwargs = cache_attributes.thaw(init)
+        cache.layer_init_kwargs.update((k, first.shape[0]) for k in batch if first is not None)
+        cache_attributes.restore(cache, own, [])
+        return cache
+
+    return flatten, unflatten, flatten_with_keys
+
+
 def register_legacy_caches(patch_id: str, probe_attribute: str):
     """An installer for a pre-4.56 cache class and every subclass (cache_utils' own, a model's, those defined
     later). ``probe_attribute`` is the list a fresh cache of that generation holds: the class is probed, never
     assumed, since the same names exist with other layouts in other versions."""
 
     def install(module, name, root):
-        if hasattr(module, "CacheLayerMixin") or not _has_list(root, probe_attribute):
-            raise Skip(f"{name} here is not the {probe_attribute}-list cache of transformers 4.48-4.53")
+        import inspect
+
+        # 4.54-4.55: Cache(layer_classes=...); 4.56 replaced it with Cache(layers=...) (pytree_caches).
+        layered = "layer_classes" in inspect.signature(module.Cache.__init__).parameters
+        if not layered and (hasattr(module, "CacheLayerMixin") or not _has_list(root, probe_attribute)):
+            raise Skip(f"{name} here is neither the {probe_attribute}-list cache of transformers 4.48-4.53 nor the "
+                       "CacheLayerMixin cache of 4.54-4.55")
+        if root.__module__ != module.__name__:
+            # 4.54-4.55 re-export MambaCache from modeling_mamba with a deprecation: the model-cache row's class.
+            raise Skip(f"{name} is {root.__module__}.{root.__qualname__} here, not a class of {module.__name__}")
+        make_codec = make_layer_object_codec if layered else make_legacy_codec
         undos, registered, details = [], [], []
 
         def undo_all() -> str:
             return "; ".join(problem for problem in (u() for u in reversed(undos)) if problem)
 
         def register_one(cls) -> None:
-            undo, detail = _register(cls, patch_id)
+            undo, detail = _register(cls, make_codec(cls, patch_id))
             undos.append(undo)
             registered.append(cls.__name__)
             if detail:
@@ -160,19 +247,6 @@ def _has_list(cls, attribute: str) -> bool:
     except (OSError, TypeError):
         return False
     return f"self.{attribute}" in source
-
-
-# torch.export.save writes contexts as text: the attributes and the counter names, as JSON.
-
-
-def _to_dumpable(context) -> str:
-    attributes, counters = context
-    return cache_attributes.to_dumpable([tuple(attributes), counters])
-
-
-def _from_dumpable(text: str):
-    attributes, counters = cache_attributes.from_dumpable(text)
-    return cache_attributes.Attributes(*attributes), counters
 
 
 register_dynamic_cache = register_legacy_caches("pytree.legacy.dynamic_cache", "key_cache")
