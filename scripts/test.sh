@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The test suite on transformers 5.23 (latest) and 4.57.6 (last 4.x), each in its own venv; then the caches of
-# older transformers (tests/test_legacy_caches.py) on 4.48.3, 4.52.4 and 4.55.4, in three more.
+# The test suite on transformers 5.23 (latest) and 4.57.6 (last 4.x), each in its own venv; then, each in a venv
+# of its own, the cache tests of older versions: tests/test_legacy_caches.py on 4.48.3, 4.52.4 and 4.55.4, and
+# 5.12.1's one-tensor linear-attention layers (DynamicCache tests and the Mamba/Jamba decode steps).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-for entry in ".venv:5.23.0:" ".venv-tf4:4.57.6:" \
-             ".venv-tf448:4.48.3:tests/test_legacy_caches.py" ".venv-tf452:4.52.4:tests/test_legacy_caches.py" \
-             ".venv-tf455:4.55.4:tests/test_legacy_caches.py"; do
-  IFS=: read -r venv tf only <<< "$entry"
-  bash scripts/setup.sh "$venv" "$tf"
+while IFS='|' read -r venv tf only; do
+  [ -n "$venv" ] || continue
+  bash scripts/setup.sh "$venv" "$tf" < /dev/null
   echo "=== tests on transformers $tf ($venv)${only:+: $only}"
   rc=0
-  "$venv/bin/python" -m pytest -n 2 -q $only "$@" || rc=$?
-  # 5: nothing collected (pytest args that select no legacy test): not a failure.
+  eval "\"$venv/bin/python\" -m pytest -n 2 -q $only \"\$@\"" < /dev/null || rc=$?
+  # 5: nothing collected (pytest args that select none of a partial run's tests): not a failure.
   if [ "$rc" -ne 0 ] && ! { [ -n "$only" ] && [ "$rc" -eq 5 ]; }; then status=$rc; fi
-done
+done <<'RUNS'
+.venv|5.23.0|
+.venv-tf4|4.57.6|
+.venv-tf448|4.48.3|tests/test_legacy_caches.py
+.venv-tf452|4.52.4|tests/test_legacy_caches.py
+.venv-tf455|4.55.4|tests/test_legacy_caches.py
+.venv-tf512|5.12.1|tests/test_dynamic_cache.py tests/test_caches.py -k 'test_dynamic_cache or state_space'
+RUNS
 exit $status

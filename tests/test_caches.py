@@ -374,18 +374,25 @@ def test_attribute_codec_keeps_the_attribute_order_when_a_list_fills_later():
     assert flatten(rebuilt)[1].tensors == flatten(eager)[1].tensors == ("states", "key_cache")
 
 
-@requires("transformers>=5")
-def test_a_linear_attention_layer_in_another_layout_is_refused_not_emptied(pytree_patches):
-    """transformers 5.3-5.12 kept one tensor per linear-attention layer, not a dict per state. Flattening such a
-    layer as "no states" gave wrong logits with no error (measured on 5.12.1); the codec now refuses it, naming
-    the way out. Simulated on a real 5.23 Mamba cache by putting the older layout back on one layer."""
+@requires("transformers>=5.23")  # the layout it starts from: a dict per state
+def test_a_linear_attention_layer_with_one_tensor_per_state_round_trips(pytree_patches):
+    """transformers 5.3-5.12 keep one tensor per kind of state in a linear-attention layer (5.23: a dict per state
+    index). Flattening such a layer as "no states" gave wrong logits with no error (measured on 5.12.1). Both
+    layouts travel now; CI runs Mamba's and Jamba's decode steps on 5.12.1 itself. Here the older layout is put
+    back on one layer of a real 5.23 Mamba cache: its states are leaves, and come back in the same layout."""
     torch.manual_seed(0)
     model = transformers.MambaForCausalLM(transformers.MambaConfig(**MAMBA)).eval()
     with torch.no_grad():
         cache = model(input_ids=torch.randint(0, 64, (2, 5)), use_cache=True).cache_params
     layer = cache.layers[0]
     assert isinstance(layer.conv_states, dict)
-    torch.utils._pytree.tree_flatten(cache)  # the layout it was written for flattens
-    layer.conv_states = layer.conv_states[0]  # the 5.12 layout: one tensor
-    with pytest.raises(TypeError, match="conv_states is a Tensor, not the per-state dict .* exclude pytree.dynamic"):
-        torch.utils._pytree.tree_flatten(cache)
+    conv, recurrent = layer.conv_states[0], layer.recurrent_states[0]
+    layer.conv_states, layer.recurrent_states = conv, recurrent  # the 5.12 layout: one tensor per kind
+    layer.is_conv_states_initialized = layer.is_recurrent_states_initialized = layer.has_previous_state = True
+    layer.conv_kernel_size = conv.shape[-1]
+    leaves, spec = torch.utils._pytree.tree_flatten(cache)
+    assert any(leaf is conv for leaf in leaves) and any(leaf is recurrent for leaf in leaves)
+    rebuilt = torch.utils._pytree.tree_unflatten(leaves, spec).layers[0]
+    assert rebuilt.conv_states is conv and rebuilt.recurrent_states is recurrent
+    assert rebuilt.has_previous_state is True and rebuilt.conv_kernel_size == conv.shape[-1]
+    assert rebuilt.max_batch_size == 2

@@ -5,7 +5,9 @@ lists, one list per kind of state, each holding that state for every layer that 
 
     {"key_cache":   [layer0.keys, layer1.keys, ...],          # attention layers that hold tensors
      "value_cache": [layer0.values, layer1.values, ...],
-     "conv_states": [...], "recurrent_states": [...],         # only when linear-attention (mamba-like) layers exist
+     "conv_states": [...], "recurrent_states": [...],         # only when linear-attention (mamba-like) layers exist:
+                                                              # each state of each (5.23: a dict of states per layer;
+                                                              # 5.3-5.12: one tensor per kind)
      "cumulative_length": [...],                              # only for static layers (a tensor there)
      "sliding_length": [empty(seen, 0), ...],                 # only for sliding layers with no full layer beside
      <attribute>: ...}                                        # a subclass's own tensor attributes, by name
@@ -83,19 +85,39 @@ class LayerKinds:
 
 
 def _is_linear(layer) -> bool:
-    states = getattr(layer, "conv_states", _ABSENT)
-    if states is _ABSENT:
-        return False
-    if not isinstance(states, dict):
-        # transformers 5.3-5.12 keep one tensor per linear-attention layer (5.23: a dict per state index). Read as
-        # "no states", such a layer would be rebuilt empty and the program would compute wrong results silently
-        # (measured on 5.12.1): refuse loudly instead.
-        raise TypeError(
-            f"autopatch cannot flatten {type(layer).__name__}: its conv_states is a {type(states).__name__}, not the "
-            "per-state dict this codec was written for (transformers 5.23; 5.12 and older 5.x differ); exclude "
-            "pytree.dynamic_cache for this model (EXPORT_PATCHES=all,-pytree.dynamic_cache) or upgrade transformers"
+    return getattr(layer, "conv_states", _ABSENT) is not _ABSENT
+
+
+#: Index of the state in a linear-attention layer that keeps one tensor per kind (transformers 5.3-5.12; 5.23
+#: keeps a dict per state index).
+SINGLE = None
+
+
+def _linear_states(layer) -> tuple:
+    """(conv initialised, recurrent initialised, has previous state, conv kernel size, index) per state."""
+    if isinstance(layer.conv_states, dict):
+        return tuple(
+            (
+                bool(layer.is_conv_states_initialized[i]),
+                bool(layer.is_recurrent_states_initialized[i]),
+                bool(layer.has_previous_state[i]),
+                layer.conv_kernel_size[i],
+                i,
+            )
+            for i in range(layer.number_of_states)
         )
-    return True
+    return ((
+        bool(layer.is_conv_states_initialized),
+        bool(layer.is_recurrent_states_initialized),
+        bool(layer.has_previous_state),
+        getattr(layer, "conv_kernel_size", None),
+        SINGLE,
+    ),)
+
+
+def _state(layer, kind: str, index):
+    states = getattr(layer, f"{kind}_states")
+    return states if index is SINGLE else states[index]
 
 
 _ABSENT = object()
@@ -109,17 +131,7 @@ def _describe_layer(layer, kinds: LayerKinds):
     kv = getattr(layer, "keys", None) is not None
     # Static layers keep their position in a tensor: that one is data, and travels as a leaf.
     counter = kv and isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
-    linear = ()
-    if _is_linear(layer):
-        linear = tuple(
-            (
-                bool(layer.is_conv_states_initialized[i]),
-                bool(layer.is_recurrent_states_initialized[i]),
-                bool(layer.has_previous_state[i]),
-                layer.conv_kernel_size[i],
-            )
-            for i in range(layer.number_of_states)
-        )
+    linear = _linear_states(layer) if _is_linear(layer) else ()
     return (_qualified(cls), kwargs, kv, counter, linear)
 
 
@@ -130,11 +142,11 @@ def _layer_slots(layer, description) -> list:
         slots += [("key_cache", layer.keys), ("value_cache", layer.values)]
     if counter:
         slots.append(("cumulative_length", layer.cumulative_length))
-    for i, (conv, rec, _, _) in enumerate(linear):
+    for conv, rec, _, _, index in linear:
         if conv:
-            slots.append(("conv_states", layer.conv_states[i]))
+            slots.append(("conv_states", _state(layer, "conv", index)))
         if rec:
-            slots.append(("recurrent_states", layer.recurrent_states[i]))
+            slots.append(("recurrent_states", _state(layer, "recurrent", index)))
     return slots
 
 
@@ -191,13 +203,13 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
                 _fill_kv(layer, queues["key_cache"].pop(0), queues["value_cache"].pop(0), kinds.init_takes_values[cls])
             if counter:
                 layer.cumulative_length = queues["cumulative_length"].pop(0)
-            for i, (conv, rec, previous, kernel) in enumerate(linear):
+            for conv, rec, previous, kernel, index in linear:
                 if conv:
-                    _fill_state(layer, "conv", i, queues["conv_states"].pop(0))
-                    layer.conv_kernel_size[i] = kernel
+                    _fill_state(layer, "conv", index, queues["conv_states"].pop(0))
+                    _set(layer, "conv_kernel_size", index, kernel)
                 if rec:
-                    _fill_state(layer, "recurrent", i, queues["recurrent_states"].pop(0))
-                layer.has_previous_state[i] = previous
+                    _fill_state(layer, "recurrent", index, queues["recurrent_states"].pop(0))
+                _set(layer, "has_previous_state", index, previous)
             built.append(layer)
         _rebuild_sliding_lengths(built, layers, queues.get(LENGTH_SLOT))
         cache = cache_cls.__new__(cache_cls)
@@ -224,10 +236,19 @@ def _fill_kv(layer, keys, values, init_takes_values: bool) -> None:
     layer.is_initialized = True
 
 
-def _fill_state(layer, kind: str, index: int, tensor) -> None:
-    getattr(layer, f"{kind}_states")[index] = tensor
-    getattr(layer, f"is_{kind}_states_initialized")[index] = True
+def _fill_state(layer, kind: str, index, tensor) -> None:
+    _set(layer, f"{kind}_states", index, tensor)
+    _set(layer, f"is_{kind}_states_initialized", index, True)
     layer.dtype, layer.device = tensor.dtype, tensor.device
+    if index is SINGLE and kind == "conv":
+        layer.max_batch_size = tensor.shape[0]  # what the layer's own lazy_initialization reads off its state
+
+
+def _set(layer, name: str, index, value) -> None:
+    if index is SINGLE:
+        setattr(layer, name, value)
+    else:
+        getattr(layer, name)[index] = value
 
 
 def _is_dynamic_sliding(description) -> bool:
