@@ -13,6 +13,11 @@ import contextlib
 
 from . import _bootstrap
 
+# The subpackage of replacements shares its name with the function patches() below. Loaded here first (its
+# __init__ imports nothing), so that the function, defined after, keeps the name: otherwise the first patch
+# module imported later (by a post-import hook) would set autopatch.patches to the subpackage.
+from . import patches as _replacements  # noqa: F401
+
 __version__ = "0.1.0"
 __all__ = [
     "enable", "disable", "patched", "status", "patches", "last_export_report", "in_export", "guess_dynamic_shapes",

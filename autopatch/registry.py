@@ -364,8 +364,8 @@ PATCHES = (
         mode="install",
         replacement="autopatch.patches.transformers_rope:install_dynamic_rope_update",
         requires=(("transformers", ">=4.57"), ("torch", ">=2.6")),
-        fingerprints=("97e426d014ac", "54741fa0ea32"),
-        reason="Dynamic RoPE (rope_type='dynamic'; and 'longrope' on 4.x, e.g. Phi-3) tests max(position_ids)+1 "
+        fingerprints=("97e426d014ac", "9f96bf12a97e", "54741fa0ea32"),
+        reason="Dynamic RoPE (rope_type='dynamic'; and 'longrope' on 4.x and 5.3-5.12, e.g. Phi-3) tests max(position_ids)+1 "
         "in Python ifs and re-registers inv_freq: export fails with 'Could not guard on data-dependent expression'. Under export, the decorated "
         "rotary forward uses where(seq_len > original length, rescaled, original) frequencies, without state; "
         "every model using the decorator, including classes decorated before activation.",
@@ -392,6 +392,24 @@ PATCHES = (
         requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
         fingerprints=("b5b076947d18",),
         reason="falcon_mamba's own copy of mamba_selective_scan: the same loop, the same scan.",
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.{model}.slow_forward_scan",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{mixer}.slow_forward",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_ssm:scan_instead_of_loop",
+            requires=(("transformers", ">=5,<5.13"), ("torch", ">=2.6")),
+            fingerprints=(fingerprint,),
+            reason=f"5.12 {mixer} prefill: under tracing associative_scan, whose program fixes the batch and "
+            "refuses shorter sequences; with a cache a Python loop over the sequence, which fixes its length. "
+            "Rewritten from the source: the loop's recurrence as a scan, the cache updates as written.",
+        )
+        # FalconMamba's 5.12 mixer has the same code, but its program fails in ExportedProgram.module() ("attribute
+        # 'b_c_rms' already exists"), patched or not: nothing could prove a row for it.
+        for model, mixer, fingerprint in (("mamba", "MambaMixer", "647e86c140af"),)
     ),
     PatchSpec(
         id="transformers.mamba.slow_forward",

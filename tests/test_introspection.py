@@ -192,3 +192,18 @@ def test_yobx_broadcast_example_runs_with_only_the_import_changed(agent):
         torch.testing.assert_close(ep.module()(x=a, y=b), model(a, b))
     assert report.endswith("\n")
     assert not agent.active and torch._subclasses.fake_impls.infer_size.__name__ == "infer_size"
+
+
+def test_patches_function_survives_the_patch_modules_being_imported():
+    """autopatch.patches() shares its name with the subpackage of replacements; importing a patch module (here
+    by the post-import hook of transformers.cache_utils) must not replace the function by the subpackage."""
+    code = (
+        "import autopatch\n"
+        "autopatch.enable('all')\n"
+        "import transformers.cache_utils, autopatch.patches.pytree_caches\n"
+        "records = autopatch.patches()\n"
+        "assert any(r.spec.id == 'pytree.dynamic_cache' and r.state.startswith('applied') for r in records)\n"
+        "print('OK', len(records))\n"
+    )
+    result = run_py(code)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-2000:]

@@ -213,7 +213,7 @@ print("OK")
 
 def test_spec_fingerprints_match_the_installer():
     spec = next(s for s in registry.PATCHES if s.id == PATCH)
-    assert spec.fingerprints == transformers_rope.FINGERPRINTS
+    assert spec.fingerprints == tuple(transformers_rope.FINGERPRINTS)
     import transformers.modeling_rope_utils as rope_utils
     from autopatch import fingerprint
 
@@ -222,7 +222,8 @@ def test_spec_fingerprints_match_the_installer():
 
 
 def _phi3_longrope(batch_sizes):
-    """Phi-3 with longrope: short factors up to 8 positions, long ones past it (4.x branches on that in Python)."""
+    """Phi-3 with longrope: short factors up to 8 positions, long ones past it (4.x and 5.3-5.12 branch on that
+    in Python)."""
     half = 8  # head_dim 16
     rope = {"type": "longrope", "short_factor": [1.0] * half, "long_factor": [1.0 + i / 4 for i in range(half)]}
     config = transformers.Phi3Config(**zoo.COMMON, max_position_embeddings=64, original_max_position_embeddings=8,
@@ -232,15 +233,16 @@ def _phi3_longrope(batch_sizes):
     return model, config, [decode(model, config, *sizes) for sizes in batch_sizes]
 
 
-@pytest.mark.requires("transformers<5")
-def test_longrope_decode_fails_without_the_patch_on_4x(without_patch):
+# 5.13+ select longrope frequencies with torch.where themselves (the 5.23 fingerprint says so: no rewrite).
+@pytest.mark.requires("transformers<5.13")
+def test_longrope_decode_fails_without_the_patch_where_it_branches(without_patch):
     model, _, (traced, other) = _phi3_longrope([(2, 6, 3, 1), (3, 9, 2, 2)])
     with pytest.raises(Exception, match="data-dependent"):
         _export(model, traced, other)
 
 
-@pytest.mark.requires("transformers<5")
-def test_longrope_decode_exports_across_the_original_length_on_4x(with_patch):
+@pytest.mark.requires("transformers<5.13")
+def test_longrope_decode_exports_across_the_original_length_where_it_branches(with_patch):
     # traced ending at position 9 (long factors), run ending at 5 (short) and 20 (long)
     model, _, (traced, other, short, long) = _phi3_longrope([(2, 6, 3, 1), (3, 9, 2, 2), (1, 3, 2, 3), (2, 15, 5, 4)])
     program = _export(model, traced, other)

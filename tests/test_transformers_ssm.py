@@ -14,9 +14,11 @@ from autopatch.agent import Agent
 TF5 = Version(transformers.__version__) >= Version("5")
 DYN = torch.export.Dim.DYNAMIC
 
-# (model, patch id): 5.x patches the module function mamba_selective_scan (falcon_mamba has its own copy);
-# 4.57 patches MambaMixer.slow_forward.
-if TF5:
+# (model, patch id): 5.23 patches the module function mamba_selective_scan (falcon_mamba has its own copy);
+# 5.12 rewrites MambaMixer.slow_forward (no such function there); 4.57 patches MambaMixer.slow_forward.
+if Version(transformers.__version__) < Version("5.13") and TF5:
+    CASES = [("mamba", "transformers.mamba.slow_forward_scan")]
+elif TF5:
     CASES = [("mamba", "transformers.mamba.selective_scan"), ("falcon_mamba", "transformers.falcon_mamba.selective_scan")]
 else:
     CASES = [("mamba", "transformers.mamba.slow_forward")]

@@ -36,9 +36,14 @@ from ..install import Drifted
 
 PATCH_ID = "transformers.rope.dynamic"
 
-#: fingerprint.of(dynamic_rope_update): 5.23.0 and 4.57.6. The traceable path re-implements its
-#: dynamic_frequency_update, so another source is not trusted.
-FINGERPRINTS = ("97e426d014ac", "54741fa0ea32")
+#: fingerprint.of(dynamic_rope_update) -> whether that version's longrope branches in Python (5.23 selects its
+#: frequencies with torch.where itself). The traceable path re-implements the version's frequency updates, so
+#: another source is not trusted.
+FINGERPRINTS = {
+    "97e426d014ac": False,  # 5.23.0
+    "9f96bf12a97e": True,  # 5.3.0 to 5.12.1
+    "54741fa0ea32": True,  # 4.57.6
+}
 
 
 def _dynamic_inv_freq(self, x, position_ids, layer_type, rope_type, init_fn):
@@ -52,33 +57,40 @@ def _dynamic_inv_freq(self, x, position_ids, layer_type, rope_type, init_fn):
     return f"{prefix}inv_freq", inv_freq
 
 
-def _longrope_inv_freq(self, x, position_ids):
-    """transformers 4.x longrope: short-factor frequencies up to the original length, long-factor past it, chosen
-    with torch.where (what 5.x does itself) instead of a Python if that re-registers inv_freq."""
+def _longrope_inv_freq(self, x, position_ids, layer_type, init_fn, per_type):
+    """longrope where the version branches in Python (4.x, 5.3-5.12): short-factor frequencies up to the original
+    length, long-factor past it, chosen with torch.where (what 5.23 does itself) instead of an if that re-registers
+    inv_freq."""
+    prefix = "" if layer_type is None else f"{layer_type}_"
     config = self.config
-    original_max = getattr(config, "original_max_position_embeddings", None) or config.max_position_embeddings
-    original = self.original_inv_freq.to(x.device)
-    long_inv_freq, _ = self.rope_init_fn(config, x.device, seq_len=original_max + 1)
+    if per_type:  # 5.3-5.12: the parameters live in config.rope_parameters, per layer type when there are several
+        params = config.rope_parameters if layer_type is None else config.rope_parameters[layer_type]
+        original_max = params["original_max_position_embeddings"]
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        long_inv_freq, _ = init_fn(config, x.device, seq_len=original_max + 1, **kwargs)
+    else:  # 4.x
+        original_max = getattr(config, "original_max_position_embeddings", None) or config.max_position_embeddings
+        long_inv_freq, _ = self.rope_init_fn(config, x.device, seq_len=original_max + 1)
+    original = getattr(self, f"{prefix}original_inv_freq").to(x.device)
     seq_len = torch.max(position_ids) + 1
-    return "inv_freq", torch.where(seq_len > original_max, long_inv_freq.to(original.dtype), original)
+    return f"{prefix}inv_freq", torch.where(seq_len > original_max, long_inv_freq.to(original.dtype), original)
 
 
-def _make_wrapper(rope_forward, original_wrapper, init_functions, per_type: bool):
+def _make_wrapper(rope_forward, original_wrapper, init_functions, per_type: bool, longrope: bool):
     """``per_type``: transformers 5 (``layer_type`` argument, ``ROPE_INIT_FUNCTIONS``); 4.x uses
-    ``self.rope_init_fn`` like its own update does."""
+    ``self.rope_init_fn`` like its own update does. ``longrope``: the version's longrope branches in Python."""
 
     @functools.wraps(rope_forward)
     def wrapper(self, x, position_ids, *args, **kwargs):
         layer_type = kwargs.get("layer_type", args[0] if args else None)
         rope_type = self.rope_type if layer_type is None else self.rope_type[layer_type]
-        # 5.x selects longrope frequencies with torch.where already; 4.x branches in Python.
-        rewritten = "dynamic" in rope_type or (rope_type == "longrope" and not per_type)
+        rewritten = "dynamic" in rope_type or (rope_type == "longrope" and longrope)
         if not rewritten or not scope.use_patch(PATCH_ID):
             return original_wrapper(self, x, position_ids, *args, **kwargs)
+        init_fn = init_functions[rope_type] if per_type else self.rope_init_fn
         if rope_type == "longrope":
-            name, inv_freq = _longrope_inv_freq(self, x, position_ids)
+            name, inv_freq = _longrope_inv_freq(self, x, position_ids, layer_type, init_fn, per_type)
         else:
-            init_fn = init_functions[rope_type] if per_type else self.rope_init_fn
             name, inv_freq = _dynamic_inv_freq(self, x, position_ids, layer_type, rope_type, init_fn)
         saved = self._buffers[name]
         self._buffers[name] = inv_freq
@@ -94,7 +106,7 @@ def _make_wrapper(rope_forward, original_wrapper, init_functions, per_type: bool
 
 
 #: The code object every wrapper made by _make_wrapper shares.
-_WRAPPER_CODE = _make_wrapper(lambda self, x, position_ids: None, None, {}, True).__code__
+_WRAPPER_CODE = _make_wrapper(lambda self, x, position_ids: None, None, {}, True, False).__code__
 
 
 def _places(code):
@@ -167,13 +179,14 @@ def install_dynamic_rope_update(module, name, original):
             f"source of {module.__name__}.{name} changed (written against {', '.join(FINGERPRINTS)}, found "
             f"{found}); not applied"
         )
+    longrope = FINGERPRINTS[found]
     init_functions = module.ROPE_INIT_FUNCTIONS
     probe = original(lambda self, x, position_ids: None)
     original_code = probe.__code__
     per_type = "layer_type" in probe.__code__.co_varnames[: probe.__code__.co_argcount]
 
     def patched_dynamic_rope_update(rope_forward):
-        return _make_wrapper(rope_forward, original(rope_forward), init_functions, per_type)
+        return _make_wrapper(rope_forward, original(rope_forward), init_functions, per_type, longrope)
 
     functools.update_wrapper(patched_dynamic_rope_update, original)
     patched_dynamic_rope_update.__autopatch_original__ = original
@@ -182,7 +195,7 @@ def install_dynamic_rope_update(module, name, original):
     # Classes decorated before the install.
     replaced = 0
     for old, put in _places(original_code):
-        if not put(old, _make_wrapper(old.__wrapped__, old, init_functions, per_type)):
+        if not put(old, _make_wrapper(old.__wrapped__, old, init_functions, per_type, longrope)):
             replaced += 1
     setattr(module, name, patched_dynamic_rope_update)
 

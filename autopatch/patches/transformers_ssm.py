@@ -13,23 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..rewrite.runtime import linear_recurrence as ssm_scan
 from ..spec import calls_original
-
-
-def ssm_scan(discrete_A, deltaB_u, C, ssm_state, out_dtype):
-    """``discrete_A``, ``deltaB_u``: ``[B, D, T, N]``; ``C``: ``[B, T, N]``; ``ssm_state``: ``[B, D, N]``.
-    Returns ``(y [B, D, T] in out_dtype, last state [B, D, N])``, the same arithmetic as the loop."""
-    from torch._higher_order_ops.scan import scan
-
-    def step(state, xs):
-        a_t, bu_t, c_t = xs  # [B, D, N], [B, D, N], [B, N]
-        state = a_t * state + bu_t
-        y = torch.matmul(state.to(out_dtype), c_t.unsqueeze(-1))[..., 0]  # [B, D]
-        return state, y
-
-    time_first = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.permute(1, 0, 2))
-    last, ys = scan(step, ssm_state.to(discrete_A.dtype), time_first)  # ys: [T, B, D]
-    return ys.permute(1, 2, 0), last
 
 
 def mamba_selective_scan(
@@ -152,6 +137,25 @@ def assume_decode_position(torch_forward):
     return substitute_expressions(torch_forward, {
         "cache_position[0] > 0":
         "__autopatch_rt.assume(cache_position[0] > 0, 'a decode step (previous state, one token) is past position 0')",
+    })
+
+
+def scan_instead_of_loop(slow_forward):
+    """A rewriter for 5.12 ``MambaMixer.slow_forward`` (5.3's differs: drifted there). Under tracing
+    they take ``associative_scan`` (a cache-less prefill), whose program fixes the batch and refuses sequences
+    shorter than traced; otherwise a Python loop over the sequence, which fixes its length. Both become the
+    loop's recurrence as a scan (``runtime.linear_recurrence``); the cache updates around it stay as written."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(slow_forward, {
+        "self.use_associative_scan and associative_scan is not None and is_tracing(hidden_states) "
+        "and cache_params is None": "False",
+        """for i in range(seq_len):
+    ssm_state = discrete_A[:, :, i, :] * ssm_state + deltaB_u[:, :, i, :]
+    scan_output = torch.matmul(ssm_state.to(dtype), C[:, i, :].unsqueeze(-1))
+    scan_outputs.append(scan_output[:, :, 0])""":
+        "scan_output, ssm_state = __autopatch_rt.linear_recurrence(discrete_A, deltaB_u, C, ssm_state, dtype)",
+        "scan_output = torch.stack(scan_outputs, dim=-1)": "pass",
     })
 
 

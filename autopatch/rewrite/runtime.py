@@ -121,3 +121,22 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
         predicate = predicate != 0
     return torch.cond(predicate.reshape(()), bind(then_branch), bind(else_branch),
                       tuple(carried[i] for i in positions))
+
+
+def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
+    """The selective-scan recurrence ``h_t = A_t * h_{t-1} + Bu_t, y_t = h_t @ C_t`` of Mamba-style mixers as
+    ``torch._higher_order_ops.scan`` over the time axis, so batch and sequence stay symbolic (a Python loop
+    unrolls and fixes the length). ``discrete_A``, ``deltaB_u``: ``[B, D, T, N]``; ``C``: ``[B, T, N]``;
+    ``state``: ``[B, D, N]``. Returns ``(y [B, D, T] in out_dtype, last state [B, D, N])``, the loop's
+    arithmetic step for step."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    def step(h, xs):
+        a_t, bu_t, c_t = xs  # [B, D, N], [B, D, N], [B, N]
+        h = a_t * h + bu_t
+        return h, torch.matmul(h.to(out_dtype), c_t.unsqueeze(-1))[..., 0]  # y_t: [B, D]
+
+    time_first = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.permute(1, 0, 2))
+    last, ys = scan(step, state.to(discrete_A.dtype), time_first)  # ys: [T, B, D]
+    return ys.permute(1, 2, 0), last
