@@ -423,48 +423,38 @@ PATCHES = (
         reason="transformers 4.x: the selective scan loop inside MambaMixer.slow_forward specializes the "
         "sequence length; the recurrence runs as torch scan instead (cache branches kept).",
     ),
-    # 4.x Bamba-style hybrids: the mask above under its other name, and the mixer's decode test.
+    # 4.x hybrids' _update_mamba_mask: the mask above under its other name (Jamba's too, whose mixer needs no row).
     *(
-        spec
-        for model, _, owner, mixer, mixer_fingerprint in HYBRID_MAMBA_4X
-        for spec in (
-            PatchSpec(
-                id=f"transformers.{model}.mamba_mask",
-                family="transformers",
-                trigger=f"transformers.models.{model}.modeling_{model}",
-                target=f"{owner}._update_mamba_mask",
-                mode="route",
-                replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
-                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-                fingerprints=("7127cbd79e01",),  # jamba's, falcon_h1's too; they fail elsewhere as well
-                reason=f"{owner}._update_mamba_mask (4.x) is Qwen3-Next's linear-attention mask under another "
-                "name (guard Eq(u0, 1) in every decode step): the same replacement.",
-            ),
-            PatchSpec(
-                id=f"transformers.{model}.decode_position",
-                family="transformers",
-                trigger=f"transformers.models.{model}.modeling_{model}",
-                target=f"{mixer}.torch_forward",
-                mode="rewrite",
-                replacement="autopatch.patches.transformers_ssm:assume_decode_position",
-                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-                fingerprints=(mixer_fingerprint,),
-                reason=f"{mixer}.torch_forward (4.x) picks its decode path with `... and seq_len == 1 and "
-                "cache_position[0] > 0`: the last term is a data-dependent guard. Rewritten from the source: once the "
-                "structural terms hold it is assumed, and the program asserts it at run time.",
-            ),
+        PatchSpec(
+            id=f"transformers.{model}.mamba_mask",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}._update_mamba_mask",
+            mode="route",
+            replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
+            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+            fingerprints=("7127cbd79e01",),  # one source, copied into each model
+            reason=f"{owner}._update_mamba_mask (4.x) is Qwen3-Next's linear-attention mask under another "
+            "name (guard Eq(u0, 1) in every decode step): the same replacement.",
         )
+        for model, owner in (*((row[0], row[2]) for row in HYBRID_MAMBA_4X), ("jamba", "JambaModel"))
     ),
-    PatchSpec(
-        id="transformers.jamba.mamba_mask",
-        family="transformers",
-        trigger="transformers.models.jamba.modeling_jamba",
-        target="JambaModel._update_mamba_mask",
-        mode="route",
-        replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-        fingerprints=("7127cbd79e01",),
-        reason="Jamba's 4.x _update_mamba_mask, the Bamba-style models' own (guard Eq(u0, 1)): the same replacement.",
+    # 4.x Bamba-style mixers: the decode test.
+    *(
+        PatchSpec(
+            id=f"transformers.{model}.decode_position",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{mixer}.torch_forward",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_ssm:assume_decode_position",
+            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+            fingerprints=(mixer_fingerprint,),
+            reason=f"{mixer}.torch_forward (4.x) picks its decode path with `... and seq_len == 1 and "
+            "cache_position[0] > 0`: the last term is a data-dependent guard. Rewritten from the source: once the "
+            "structural terms hold it is assumed, and the program asserts it at run time.",
+        )
+        for model, _, _, mixer, mixer_fingerprint in HYBRID_MAMBA_4X
     ),
     PatchSpec(
         id="transformers.jamba.causal_mask_length",
