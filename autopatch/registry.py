@@ -89,11 +89,12 @@ HYBRID_MAMBA_4X = (
     ("falcon_h1", "FalconHybridMambaAttentionDynamicCache", "FalconH1Model", "FalconH1Mixer", "04d321f63f14"),
 )
 
-#: 4.x Idefics-family VLMs: (model, class prefix, fingerprint of get_image_features, its rewriter).
+#: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
+#: where it is the same code, its rewriter).
 IDEFICS_4X = (
-    ("idefics2", "Idefics2", "b7dfd689b1da", "idefics_image_features_4x"),
-    ("idefics3", "Idefics3", "fd6b32bc0b14", "idefics_image_features_4x"),
-    ("smolvlm", "SmolVLM", "b1325e7e4dfe", "smolvlm_image_features_4x"),
+    ("idefics2", "Idefics2", ("b7dfd689b1da", "745d41d063c7"), "idefics_image_features_4x"),
+    ("idefics3", "Idefics3", ("fd6b32bc0b14", "95f194c6ed61"), "idefics_image_features_4x"),
+    ("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),  # 4.57 only (see SmolVLM 5.x below)
 )
 
 #: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
@@ -646,6 +647,18 @@ PATCHES = (
         "traced size. Under export the features come back as one [images*patches, dim] tensor in a one-element "
         "list, which LlavaModel.forward concatenates to the same result.",
     ),
+    PatchSpec(
+        id="transformers.vision.llava_image_features_5_12",
+        family="transformers",
+        trigger="transformers.models.llava.modeling_llava",
+        target="LlavaModel.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_vision:llava_features_one_tensor",
+        requires=(("transformers", ">=5,<5.13"),),
+        fingerprints=("1b73e50d4b12",),
+        reason="The same list(image_features) in 5.3-5.12's LlavaModel.get_image_features, whose body is neither "
+        "4.x's nor 5.23's: rewritten from its own source to the same one-element list.",
+    ),
     # 4.x VLMs whose get_placeholder_mask is Llava's, character for character (the fingerprint checks it).
     *(
         PatchSpec(
@@ -683,10 +696,11 @@ PATCHES = (
         for model, owner, fingerprint in (("idefics2", "Idefics2Model", "716925f847c1"),
                                           ("idefics3", "Idefics3Model", "139f24c52f3b"))
     ),
-    # 4.x Idefics2 / Idefics3 / SmolVLM: patch positions without a loop over images, the mask reshape of 5.x.
+    # 4.x Idefics2 / Idefics3 / SmolVLM: patch positions without a loop over images, the mask reshape of 5.23 (that
+    # one on 5.3-5.12 too, whose get_image_features is 4.57's).
     *(
         spec
-        for model, prefix, features_fingerprint, rewriter in IDEFICS_4X
+        for model, prefix, features_fingerprints, rewriter in IDEFICS_4X
         for spec in (
             PatchSpec(
                 id=f"transformers.vision.{model}_patch_positions",
@@ -696,7 +710,7 @@ PATCHES = (
                 mode="route",
                 replacement="autopatch.patches.transformers_vision:navit_position_embeddings",
                 requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-                fingerprints=("1483d2a65a17",),  # one source in the three models
+                fingerprints=("1483d2a65a17",),  # one source in the three models (5.12's own is loop-free)
                 reason=f"{prefix}VisionEmbeddings.forward (4.x) loops over the images and builds "
                 "torch.arange(<patches kept>), a data-dependent length (guard Eq(u0, 0)). The same bucketed "
                 "positions for the whole batch at once; the program checks each mask keeps a top-left rectangle.",
@@ -708,9 +722,9 @@ PATCHES = (
                 target=f"{prefix}Model.get_image_features",
                 mode="rewrite",
                 replacement=f"autopatch.patches.transformers_vision:{rewriter}",
-                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-                fingerprints=(features_fingerprint,),
-                reason=f"{prefix}Model.get_image_features (4.x) views the pixel mask as batch_size * num_images, "
+                requires=(("transformers", ">=4.56,<5.13"), ("torch", ">=2.6")),
+                fingerprints=features_fingerprints,
+                reason=f"{prefix}Model.get_image_features (4.x, 5.3-5.12) views the pixel mask as batch_size * num_images, "
                 "which fixes the images per sample" + (" and tests `not any(real_images_inds)` in Python" if
                                                        model == "smolvlm" else "") + ". Rewritten from the source: "
                 "flatten(0, 1)" + (", and the flag update as one tensor expression" if model == "smolvlm" else "")

@@ -14,18 +14,20 @@ from autopatch import registry
 from autopatch.agent import Agent
 
 TF4 = Version(transformers.__version__) < Version("5")
-FEATURES = "transformers.vision.llava_image_features"
+#: transformers 5.3-5.12: Idefics' get_image_features is still 4.57's (its 4.x row takes it), Llava's not yet 5.23's.
+EARLY_5 = Version("5") <= Version(transformers.__version__) < Version("5.13")
+FEATURES = "transformers.vision.llava_image_features_5_12" if EARLY_5 else "transformers.vision.llava_image_features"
 MASK = "transformers.vision.llava_placeholder_mask"
 IMAGE_TOKEN = 127
 PATCHES_PER_IMAGE = 4  # image 16, patch 8, CLS dropped
 
-# What the export needs: 5.23 only the image-features patch; 4.57.6 both (each alone still fails).
+# What the export needs: 5.x only the image-features patch; 4.57.6 both (each alone still fails).
 NEEDED = (FEATURES, MASK) if TF4 else (FEATURES,)
 if TF4:  # transformers 4.57.6
     WITHOUT = [((), "Could not guard on data-dependent expression"),
                ((FEATURES,), "Could not guard on data-dependent expression"),
                ((MASK,), "specialized it to be a constant")]
-else:  # transformers 5.23.0
+else:  # transformers 5.23.0 and 5.12.1
     WITHOUT = [((), "specialized it to be a constant")]
 
 
@@ -112,8 +114,11 @@ def test_eager_is_unchanged_and_the_features_concatenate_the_same(agent):
         own.disable()
     from autopatch.patches import transformers_vision
 
+    features = transformers_vision.llava_image_features
+    if EARLY_5:  # a rewrite of the version's own source
+        features = transformers_vision.llava_features_one_tensor(type(llava).get_image_features)
     with torch.no_grad():
-        replaced = transformers_vision.llava_image_features(llava, OTHER["pixel_values"])
+        replaced = features(llava, OTHER["pixel_values"])
     if not TF4:
         reference, replaced = reference.pooler_output, replaced.pooler_output
     assert len(reference) == 3 and len(replaced) == 1
@@ -257,8 +262,11 @@ def _idefics_export(model):
 
 
 def _idefics_rows(name):
-    """What each version needs: 5.x one rewrite of get_image_features; 4.57 the loop-free patch positions, the
-    mask reshape and, per model, Idefics2's full-mask test or SmolVLM's merger check."""
+    """What each version needs: 5.23 one rewrite of get_image_features; 5.12 (loop-free positions already) the mask
+    reshape of 4.57's get_image_features; 4.57 the loop-free patch positions, the mask reshape and, per model,
+    Idefics2's full-mask test or SmolVLM's merger check."""
+    if EARLY_5:
+        return {f"transformers.vision.{name}_image_features_4x"}
     if not TF4:
         return {f"transformers.vision.{name}_image_features"}
     extra = {"idefics2": {"transformers.vision.idefics2_full_patch_mask"},
@@ -272,8 +280,21 @@ def _idefics_rows(name):
 def test_idefics_fails_without_its_rows_and_matches_eager_with_them(make_agent, name):
     model = vlm_zoo.build_idefics(name)
     rows = _idefics_rows(name)
-    error = "Could not guard on data-dependent expression" if TF4 else "specialized it to be a constant"
-    program = _fails_without_then_exports(make_agent, lambda: _idefics_export(model), rows, error)
+    if EARLY_5:
+        # 5.3-5.12 export without the rows, but the program keeps the traced view of the pixel mask and refuses
+        # one image per sample.
+        pytree = [s for s in registry.PATCHES if s.family == "pytree"]
+        own = make_agent(pytree)
+        unpatched = _idefics_export(model)
+        with pytest.raises(Exception, match="Guard failed"), torch.no_grad():
+            unpatched.module()(**vlm_zoo.idefics_prefill(1, 3, 1, 3))
+        own.disable()
+        make_agent(pytree + [s for s in registry.PATCHES if s.id in rows])
+        program = _idefics_export(model)
+        assert set(autopatch.last_export_report()["patches"]) >= rows
+    else:
+        error = "Could not guard on data-dependent expression" if TF4 else "specialized it to be a constant"
+        program = _fails_without_then_exports(make_agent, lambda: _idefics_export(model), rows, error)
     # Other batches, text lengths and images per sample (one image: the traced view would have refused it).
     for batch, text_len, images, seed in ((1, 3, 1, 3), (4, 8, 2, 4)):
         inputs = vlm_zoo.idefics_prefill(batch, text_len, images, seed)

@@ -121,6 +121,17 @@ llava_image_features.__wrapped__ = (
 )
 
 
+def llava_features_one_tensor(get_image_features):
+    """A rewriter for 5.3-5.12 ``LlavaModel.get_image_features`` (neither the 4.x nor the 5.23 body above):
+    ``list(image_features)`` becomes the one-element list of ``llava_image_features``, from the function's own
+    source."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "list(image_features)": "[image_features.reshape(-1, image_features.shape[-1])]",
+    })
+
+
 def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     """LlavaModel.get_placeholder_mask (4.x) with its size check as ``torch._check_tensor_all``."""
     if input_ids is None:
