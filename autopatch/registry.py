@@ -724,11 +724,12 @@ PATCHES = (
                 replacement=f"autopatch.patches.transformers_vision:{rewriter}",
                 requires=(("transformers", ">=4.56,<5.13"), ("torch", ">=2.6")),
                 fingerprints=features_fingerprints,
-                reason=f"{prefix}Model.get_image_features (4.x, 5.3-5.12) views the pixel mask as batch_size * num_images, "
-                "which fixes the images per sample" + (" and tests `not any(real_images_inds)` in Python" if
-                                                       model == "smolvlm" else "") + ". Rewritten from the source: "
-                "flatten(0, 1)" + (", and the flag update as one tensor expression" if model == "smolvlm" else "")
-                + ".",
+                reason=f"{prefix}Model.get_image_features "
+                + ("(4.x, 5.3-5.12)" if len(features_fingerprints) > 1 else "(4.x)") + " views the pixel mask as "
+                "batch_size * num_images, which fixes the images per sample"
+                + (" and tests `not any(real_images_inds)` in Python" if model == "smolvlm" else "")
+                + ". Rewritten from the source: flatten(0, 1)"
+                + (", and the flag update as one tensor expression" if model == "smolvlm" else "") + ".",
             ),
         )
     ),

@@ -2,9 +2,9 @@
 
 Run in CI on 4.48.3 (no cache is a pytree node; Cache is a torch.nn.Module), 4.52.4 (transformers registers
 DynamicCache itself, with a torch.fx flatten spec that breaks every program) and 4.55.4 (caches of
-CacheLayerMixin layers; transformers' own DynamicCache registration cannot be traced by strict=True). For each row: the decode step
-fails without it (at export, or on the program's first call), exports with it and matches eager, caches
-included, at batch sizes and past lengths other than traced."""
+CacheLayerMixin layers; transformers' own DynamicCache registration cannot be traced by strict=True). For each
+row: the decode step fails without it (at export, or on the program's first call), exports with it and matches
+eager, caches included, at batch sizes and past lengths other than traced."""
 
 import contextlib
 import copy

@@ -323,33 +323,43 @@ def register_layered_caches(root_name: str, patch_id: str):
         probe = module.Cache.__new__(module.Cache)
         module.Cache.__init__(probe, layers=[])
         base_attrs = frozenset(vars(probe))
-        undos, details, registered = [], [], []
-
-        def undo_all() -> str:
-            return "; ".join(problem for problem in (u() for u in reversed(undos)) if problem)
-
-        def register_one(cls) -> None:
-            codec = make_layered_codec(cls, kinds, module.Cache.__init__, base_attrs, patch_id)
-            undo, detail = _register(cls, codec)
-            undos.append(undo)
-            registered.append(cls.__name__)
-            if detail:
-                details.append(detail)
-
-        for cls in _subclasses(root):
-            try:
-                register_one(cls)
-            except Skip as exc:
-                if cls is root:
-                    undo_all()  # all or nothing for the root class
-                    raise
-                details.append(str(exc))
-        undos.append(_hook_subclasses(root, register_one))
-        if len(registered) > 1:
-            details.insert(0, f"registered {', '.join(registered)}")
-        return undo_all, "; ".join(details)
+        init = module.Cache.__init__
+        return register_with_subclasses(
+            root, lambda cls: _register(cls, make_layered_codec(cls, kinds, init, base_attrs, patch_id))
+        )
 
     return install
+
+
+def register_with_subclasses(root, register):
+    """Registers ``root`` and its subclasses, those loaded now and (through an ``__init_subclass__`` hook on the
+    root) those defined later, with ``register(cls) -> (undo, detail)``. Returns an installer's ``(undo,
+    detail)``. All or nothing for the root: if it is skipped, nothing stays registered; a subclass skipped only
+    says why in the detail."""
+    undos, details, registered = [], [], []
+
+    def undo_all() -> str:
+        return "; ".join(problem for problem in (u() for u in reversed(undos)) if problem)
+
+    def register_one(cls) -> None:
+        undo, detail = register(cls)
+        undos.append(undo)
+        registered.append(cls.__name__)
+        if detail:
+            details.append(detail if cls is root else f"{cls.__name__}: {detail}")
+
+    for cls in _subclasses(root):
+        try:
+            register_one(cls)
+        except Skip as exc:
+            if cls is root:
+                undo_all()
+                raise
+            details.append(str(exc))
+    undos.append(_hook_subclasses(root, register_one))
+    if len(registered) > 1:
+        details.insert(0, f"registered {', '.join(registered)}")
+    return undo_all, "; ".join(details)
 
 
 def _hook_subclasses(root, register_one):

@@ -39,7 +39,7 @@ import torch
 from .. import scope
 from ..install import Skip
 from . import cache_attributes, pytree_registration
-from .pytree_caches import _hook_subclasses, _subclasses
+from .pytree_caches import register_with_subclasses
 
 #: Owners of registrations known to be wrong for export (see the module docstring).
 REPLACEABLE = ("transformers.cache_utils", "transformers.integrations.executorch")
@@ -99,7 +99,8 @@ def _register(cls, codec):
         _restore_fx_spec(cls, previous_fx)
         raise
     if previous_fx is not None:
-        detail = (detail + "; " if detail else "") + "removed its torch.fx flatten spec (torch.fx then follows this flattening)"
+        removed = "removed its torch.fx flatten spec (torch.fx then follows this flattening)"
+        detail = f"{detail}; {removed}" if detail else removed
 
     def undo_all() -> str:
         problem = undo()
@@ -183,7 +184,10 @@ def make_layer_object_codec(cls, patch_id: str):
             built.append(layer)
         cache = cls.__new__(cls)
         cache.layers = built
-        cache.layer_classes = [layer_classes[n] for n in classes] if isinstance(classes, tuple) else layer_classes[classes]
+        if isinstance(classes, tuple):
+            cache.layer_classes = [layer_classes[n] for n in classes]
+        else:
+            cache.layer_classes = layer_classes[classes]
         cache.layer_init_kwargs = cache_attributes.thaw(init)
         cache.layer_init_kwargs.update((k, first.shape[0]) for k in batch if first is not None)
         cache_attributes.restore(cache, own, [])
@@ -209,30 +213,7 @@ def register_legacy_caches(patch_id: str, probe_attribute: str):
             # 4.54-4.55 re-export MambaCache from modeling_mamba with a deprecation: the model-cache row's class.
             raise Skip(f"{name} is {root.__module__}.{root.__qualname__} here, not a class of {module.__name__}")
         make_codec = make_layer_object_codec if layered else make_legacy_codec
-        undos, registered, details = [], [], []
-
-        def undo_all() -> str:
-            return "; ".join(problem for problem in (u() for u in reversed(undos)) if problem)
-
-        def register_one(cls) -> None:
-            undo, detail = _register(cls, make_codec(cls, patch_id))
-            undos.append(undo)
-            registered.append(cls.__name__)
-            if detail:
-                details.append(f"{cls.__name__}: {detail}" if cls is not root else detail)
-
-        for cls in _subclasses(root):
-            try:
-                register_one(cls)
-            except Skip as exc:
-                if cls is root:
-                    undo_all()
-                    raise
-                details.append(str(exc))
-        undos.append(_hook_subclasses(root, register_one))
-        if len(registered) > 1:
-            details.insert(0, f"registered {', '.join(registered)}")
-        return undo_all, "; ".join(details)
+        return register_with_subclasses(root, lambda cls: _register(cls, make_codec(cls, patch_id)))
 
     return install
 
