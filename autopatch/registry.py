@@ -97,6 +97,13 @@ IDEFICS_4X = (
     ("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),  # 4.57 only (see SmolVLM 5.x below)
 )
 
+#: 5.x VLMs that pack all images' patches into one sequence (Qwen2-VL's tower), exported by a test:
+#: (model, its vision attention class, its model class). Each holds the shared attention, get_image_features and
+#: get_placeholder_mask sources (fingerprints below) and binds vision_utils.get_vision_position_ids by name.
+PACKED_VISION_MODELS = (
+    ("qwen2_vl", "VisionAttention", "Qwen2VLModel"),
+)
+
 #: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
 LEGACY_CACHES = (
     ("dynamic_cache", "DynamicCache", "as an export input or output. 4.48-4.49: not a pytree node; 4.50-4.53 "
@@ -770,6 +777,78 @@ PATCHES = (
         reason="4.x embeds the images in a Python loop over image_patches, so export specialises the image batch. "
         "Under export all images are embedded at once and returned as one list element (the caller "
         "concatenates the list: the same tensor).",
+    ),
+    # 5.23 VLMs that pack every image's patches into one sequence (Qwen2-VL and its kin).
+    *(
+        spec
+        for model, attention, owner in PACKED_VISION_MODELS
+        for spec in (
+            PatchSpec(
+                id=f"transformers.vision.{model}_patch_positions_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target="get_vision_position_ids",  # the module's own binding of transformers.vision_utils'
+                mode="route",
+                replacement="autopatch.patches.transformers_packed_vision:packed_position_ids",
+                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                fingerprints=("0d795946698a",),
+                reason="get_vision_position_ids loops over image_grid_thw.tolist() to lay out each image's rotary "
+                "(row, column) positions, which fixes the number of images. The same positions for every patch "
+                "at once: a patch finds its image by searchsorted over the cumulative patch counts.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_attention_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{attention}.forward",
+                mode="rewrite",
+                replacement="autopatch.patches.transformers_packed_vision:packed_attention_one_call",
+                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                fingerprints=("b918fa098915",),
+                reason=f"{attention}.forward (eager and sdpa) splits q/k/v per frame with lengths.tolist() and "
+                "attends chunk by chunk (guard Eq(u0, 0)). Rewritten from the source: one attention call with a "
+                "block-diagonal mask built from cu_seqlens, the same result.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_image_features_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{owner}.get_image_features",
+                mode="rewrite",
+                replacement="autopatch.patches.transformers_packed_vision:packed_image_features",
+                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                fingerprints=("54bb4440fb12",),
+                reason=f"{owner}.get_image_features splits the merged features per image with .tolist() sizes, "
+                "which fixes the number of images; its caller concatenates them at once. Rewritten from the "
+                "source: one element with every image's features.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_placeholder_check_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{owner}.get_placeholder_mask",
+                mode="rewrite",
+                replacement="autopatch.patches.transformers_packed_vision:packed_placeholder_check",
+                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                fingerprints=("e96fc4bdcbe2",),
+                reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
+                "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
+                "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
+            ),
+        )
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen2_vl_rope_index",
+        family="transformers",
+        trigger="transformers.models.qwen2_vl.modeling_qwen2_vl",
+        target="Qwen2VLModel.get_rope_index",
+        mode="route",
+        replacement="autopatch.patches.transformers_packed_vision:qwen2_vl_rope_index",
+        requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+        fingerprints=("31c7fed95e71",),
+        reason="get_rope_index groups each sample's tokens with itertools.groupby over mm_token_type_ids.tolist() "
+        "and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis positions and deltas for every token "
+        "at once, from cumulative sums over the batch.",
     ),
     # --- end of MoE and vision-language models ---
     # --- rewrite family: control flow -> torch.cond, generated from the original source at install ---

@@ -140,3 +140,16 @@ def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
     time_first = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.permute(1, 0, 2))
     last, ys = scan(step, state.to(discrete_A.dtype), time_first)  # ys: [T, B, D]
     return ys.permute(1, 2, 0), last
+
+
+def block_diagonal_mask(cu_seqlens, like):
+    """The additive attention mask ``[1, 1, n, n]`` (dtype of ``like``, ``n`` its second-to-last size) that lets
+    position i attend to j only when both fall in the same segment of ``cu_seqlens`` (cumulative segment ends,
+    starting at 0): attending once with it equals attending segment by segment, without a Python list of
+    segments whose length is data."""
+    torch = _torch()
+    position = torch.arange(like.shape[-2], device=like.device)
+    segment = torch.searchsorted(cu_seqlens[1:].to(device=like.device, dtype=position.dtype), position, right=True)
+    same = segment[:, None] == segment[None, :]
+    blocked = torch.zeros(same.shape, dtype=like.dtype, device=like.device)
+    return blocked.masked_fill(~same, torch.finfo(like.dtype).min)[None, None]

@@ -1,0 +1,165 @@
+"""Vision-language models that pack every image's patches into one sequence (Qwen2-VL's design, transformers 5.x).
+
+Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``image_grid_thw [images, 3]``, the
+(frames, rows, columns) of each image. Upstream derives everything else from the *values* of that grid, in Python:
+
+- ``get_vision_position_ids`` loops over ``grid_thw.tolist()`` to lay out each image's (row, column) rotary
+  positions: export fixes the number of images (and reads their sizes).
+- the vision attention splits q/k/v per frame with ``lengths.tolist()`` and attends chunk by chunk: a
+  data-dependent number of chunks (guard ``Eq(u0, 0)``).
+- ``get_image_features`` splits the merged features per image with ``.tolist()``; its only caller concatenates
+  them again at once.
+- ``get_rope_index`` groups each sample's tokens with ``itertools.groupby`` over ``.tolist()`` and walks the
+  groups in Python to build 3-axis (time, row, column) positions for the language model.
+
+The replacements compute the same values with tensor arithmetic over every patch or token at once, so the number of
+images, their sizes, the batch and the sequence stay symbolic. Patch-wise: a patch finds its image by
+``searchsorted`` over the cumulative patch counts. The chunked attention becomes one attention call with a
+block-diagonal mask (a frame attends to itself only, as the chunks did). Token-wise: each token learns from
+cumulative sums where its group starts and how far the position has advanced before it.
+
+Route and rewrite patches: eager code keeps the originals.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kwargs=None):
+    """``transformers.vision_utils.get_vision_position_ids`` (5.23) without the loop over images.
+
+    Patches are laid out image after image, frame after frame; inside a frame, block-major over
+    ``merge x merge`` blocks (block row, block column, row in block, column in block). Decoding a patch's index
+    within its frame in that order gives its (row, column), and ``index // (rows * columns)`` its frame."""
+    if kwargs is not None and (given := kwargs.pop("position_ids", None)) is not None:
+        return given
+    frames, rows, columns = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    if isinstance(spatial_merge_size, int):
+        merge = torch.full_like(rows, spatial_merge_size)
+    else:
+        merge = spatial_merge_size.to(device=rows.device, dtype=rows.dtype)
+    frame_size = rows * columns
+    ends = (frames * frame_size).cumsum(0)
+    # The patch count is the grid's data: an unbacked size under export, which the attention rewrite below
+    # equates with the hidden states' length (the upstream code implies it: it adds one to the other).
+    total = ends[-1].item() if ends.shape[0] else 0
+    torch._check(total >= 0)
+    patch = torch.arange(total, device=grid_thw.device)
+    image = torch.searchsorted(ends, patch, right=True)
+    in_image = patch - (ends - frames * frame_size)[image]
+    in_frame = in_image % frame_size[image]
+    m = merge[image]
+    blocks_per_row = columns[image] // m
+    row = (in_frame // (m * m * blocks_per_row)) * m + (in_frame // m) % m
+    column = ((in_frame // (m * m)) % blocks_per_row) * m + in_frame % m
+    if include_temporal:
+        return torch.stack([in_image // frame_size[image], row, column], dim=-1)
+    return torch.stack([row, column], dim=-1)
+
+
+#: The chunked attention of the shared Qwen2-VL-style vision attention (one source, the fingerprint checks it).
+_CHUNKS = (
+    "splits = [torch.split(tensor, lengths.tolist(), dim=2) for tensor in (query_states, key_states, value_states)]"
+)
+_PER_CHUNK = (
+    "attn_outputs = [attention_interface(self, q, k, v, attention_mask={mask}, scaling=self.scaling, "
+    "dropout=0.0 if not self.training else self.attention_dropout, is_causal=False, **kwargs)[0] "
+    "for q, k, v in zip(*splits)]"
+)
+
+
+def packed_attention_one_call(attention_forward):
+    """A rewriter for the vision attention forward shared by Qwen2-VL-style towers (5.23): its non-flash path
+    splits q/k/v per frame with ``lengths.tolist()`` and attends chunk by chunk. Rewritten from the source: one
+    chunk (the whole sequence) with a block-diagonal mask built from ``cu_seqlens``, and the rotary table's
+    length stated equal to the sequence (both count the patches). The flash path, which takes ``cu_seqlens``
+    itself, is unchanged."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(attention_forward, {
+        "cos, sin = position_embeddings":
+        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == seq_length)",
+        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
+        _PER_CHUNK.format(mask="None"):
+        _PER_CHUNK.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
+    })
+
+
+def packed_image_features(get_image_features):
+    """A rewriter for ``get_image_features`` of Qwen2-VL-style models (5.23): the merged features are split per
+    image with ``.tolist()`` sizes, which fixes the number of images; the caller's first act is
+    ``torch.cat(pooler_output, dim=0)``. Rewritten from the source: one element holding every image's features,
+    which concatenates to the same tensor."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = (image_grid_thw.prod(-1) // self.visual.spatial_merge_size ** 2).tolist()": "pass",
+        "torch.split(vision_outputs.pooler_output, split_sizes)": "(vision_outputs.pooler_output,)",
+    })
+
+
+#: The messages of get_placeholder_mask's two checks, formatted before the check runs.
+_FEATURE_MESSAGES = tuple(
+    f'f"{kind.title()} features and {kind} tokens do not match, tokens: {{n_{kind}_tokens}}, features: '
+    f'{{{kind}_features.shape[0]}}"'
+    for kind in ("image", "video")
+)
+
+
+def packed_placeholder_check(get_placeholder_mask):
+    """A rewriter for ``get_placeholder_mask`` of Qwen2-VL-style models (5.23), for strict export: the message
+    of each ``torch_compilable_check`` is an f-string of the feature count, formatted before the call. Dynamo
+    turns a symbolic size into text by fixing it (guard ``Eq(patches // 4, <traced>)``), so the program refuses
+    every other image size, and the export does not say so. transformers discards the message while tracing;
+    rewritten from the source, it is a lambda, formatted only if a check fails in eager code."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    lazy = {message: f"lambda: {message}" for message in _FEATURE_MESSAGES}
+    return substitute_expressions(get_placeholder_mask, lazy)
+
+
+def _latest(flags, values):
+    """Per position, ``values`` at the latest position at or before it (same row) where ``flags`` holds; -1 if none."""
+    return torch.where(flags, values, torch.full_like(values, -1)).cummax(dim=1).values
+
+
+def qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                        attention_mask=None, **kwargs):
+    """``Qwen2VLModel.get_rope_index`` (5.x) for every token at once. Returns the same ``position_ids
+    [3, batch, seq]`` and ``mrope_position_deltas [batch, 1]``.
+
+    Upstream, per sample and over the tokens the attention mask keeps: runs of one modality (0 text, 1 image,
+    2 video) are groups; a text token takes the running position on all three axes and advances it by one; an
+    image or video group takes the next grid of its kind (in order over the batch), places its tokens at the
+    running position plus their (frame, row, column) in the merged grid, and advances the position by
+    ``max(rows, columns) // merge``. Tokens the mask drops get 0. As upstream, one group is one image or video."""
+    merge = self.config.vision_config.spatial_merge_size
+    batch, length = input_ids.shape
+    device = input_ids.device
+    kinds = mm_token_type_ids.to(device=device, dtype=torch.long)
+    kept = torch.ones_like(kinds, dtype=torch.bool) if attention_mask is None else attention_mask.to(device).bool()
+    column = torch.arange(length, device=device).expand(batch, length)
+    # A kept token opens a group when no kept token precedes it or the previous kept one is of another kind.
+    previous = torch.where(column == 0, -1, _latest(kept, column).roll(1, dims=1))
+    opens = kept & ((previous < 0) | (kinds.gather(1, previous.clamp(min=0)) != kinds))
+    grids = torch.zeros(batch, length, 3, dtype=torch.long, device=device)
+    for kind, grid_thw in ((1, image_grid_thw), (2, video_grid_thw)):
+        if grid_thw is None:
+            continue
+        ordinal = (opens & (kinds == kind)).flatten().cumsum(0).view(batch, length) - 1  # batch-major order
+        of_kind = grid_thw.to(device=device, dtype=torch.long)[ordinal.clamp(min=0)]
+        grids = torch.where((kept & (kinds == kind))[..., None], of_kind, grids)
+    text, vision = kept & (kinds == 0), kept & (kinds != 0)
+    rows, columns = (grids[..., 1] // merge).clamp(min=1), (grids[..., 2] // merge).clamp(min=1)
+    group_advance = torch.maximum(grids[..., 1], grids[..., 2]) // merge
+    advance = torch.where(text, 1, torch.where(opens & vision, group_advance, 0))
+    before = advance.cumsum(dim=1) - advance  # the running position when the token is reached
+    group_start = before - torch.where(opens, 0, group_advance)
+    rank = kept.long().cumsum(dim=1) - 1
+    offset = rank - _latest(opens, rank)  # index of the token inside its group
+    vision_ids = group_start + torch.stack([offset // (rows * columns), (offset // columns) % rows, offset % columns])
+    position_ids = torch.where(vision, vision_ids, torch.where(text, before, 0)).to(input_ids.dtype)
+    largest = position_ids.amax(dim=(0, 2))  # dropped tokens hold 0, never above a kept one
+    deltas = (largest + 1 - kept.sum(dim=1)).unsqueeze(1)
+    return position_ids, deltas
