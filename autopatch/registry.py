@@ -97,11 +97,15 @@ IDEFICS_4X = (
     ("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),  # 4.57 only (see SmolVLM 5.x below)
 )
 
-#: 5.x VLMs that pack all images' patches into one sequence (Qwen2-VL's tower), exported by a test:
-#: (model, its vision attention class, its model class). Each holds the shared attention, get_image_features and
-#: get_placeholder_mask sources (fingerprints below) and binds vision_utils.get_vision_position_ids by name.
+#: 5.23 VLMs that pack all images' patches into one sequence (Qwen2-VL's tower), each exported by a test. Their
+#: vision attention and get_placeholder_mask share one source (fingerprints in the rows); each model module binds
+#: vision_utils.get_vision_position_ids by name. Columns: model, vision attention class, model class,
+#: get_image_features (fingerprint, rewriter), get_rope_index (fingerprint, replacement).
 PACKED_VISION_MODELS = (
-    ("qwen2_vl", "VisionAttention", "Qwen2VLModel"),
+    ("qwen2_vl", "VisionAttention", "Qwen2VLModel", "54bb4440fb12", "packed_image_features",
+     "31c7fed95e71", "qwen2_vl_rope_index"),
+    ("qwen3_vl", "Qwen3VLVisionAttention", "Qwen3VLModel", "cf364b3e5fa9", "packed_deepstack_image_features",
+     "b3d7f47d79df", "qwen3_vl_rope_index"),
 )
 
 #: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
@@ -781,7 +785,8 @@ PATCHES = (
     # 5.23 VLMs that pack every image's patches into one sequence (Qwen2-VL and its kin).
     *(
         spec
-        for model, attention, owner in PACKED_VISION_MODELS
+        for model, attention, owner, features_fingerprint, features_rewriter, rope_fingerprint, rope_index
+        in PACKED_VISION_MODELS
         for spec in (
             PatchSpec(
                 id=f"transformers.vision.{model}_patch_positions_packed",
@@ -815,12 +820,13 @@ PATCHES = (
                 trigger=f"transformers.models.{model}.modeling_{model}",
                 target=f"{owner}.get_image_features",
                 mode="rewrite",
-                replacement="autopatch.patches.transformers_packed_vision:packed_image_features",
+                replacement=f"autopatch.patches.transformers_packed_vision:{features_rewriter}",
                 requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
-                fingerprints=("54bb4440fb12",),
+                fingerprints=(features_fingerprint,),
                 reason=f"{owner}.get_image_features splits the merged features per image with .tolist() sizes, "
                 "which fixes the number of images; its caller concatenates them at once. Rewritten from the "
-                "source: one element with every image's features.",
+                "source: one element with every image's features"
+                + (" (and per deepstack layer)." if "deepstack" in features_rewriter else "."),
             ),
             PatchSpec(
                 id=f"transformers.vision.{model}_placeholder_check_packed",
@@ -830,25 +836,38 @@ PATCHES = (
                 mode="rewrite",
                 replacement="autopatch.patches.transformers_packed_vision:packed_placeholder_check",
                 requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
-                fingerprints=("e96fc4bdcbe2",),
+                fingerprints=("e96fc4bdcbe2",),  # the same source in both
                 reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
                 "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
                 "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
             ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_rope_index",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{owner}.get_rope_index",
+                mode="route",
+                replacement=f"autopatch.patches.transformers_packed_vision:{rope_index}",
+                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                fingerprints=(rope_fingerprint,),
+                reason=f"{owner}.get_rope_index groups each sample's tokens with itertools.groupby over "
+                "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis "
+                "positions and deltas for every token at once, from cumulative sums over the batch.",
+            ),
         )
     ),
     PatchSpec(
-        id="transformers.vision.qwen2_vl_rope_index",
+        id="transformers.vision.qwen3_vl_interpolation_packed",
         family="transformers",
-        trigger="transformers.models.qwen2_vl.modeling_qwen2_vl",
-        target="Qwen2VLModel.get_rope_index",
-        mode="route",
-        replacement="autopatch.patches.transformers_packed_vision:qwen2_vl_rope_index",
+        trigger="transformers.models.qwen3_vl.modeling_qwen3_vl",
+        target="get_vision_interpolation_indices_and_weights",  # the module's binding of vision_utils'
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_packed_vision:packed_interpolation_starts",
         requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
-        fingerprints=("31c7fed95e71",),
-        reason="get_rope_index groups each sample's tokens with itertools.groupby over mm_token_type_ids.tolist() "
-        "and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis positions and deltas for every token "
-        "at once, from cumulative sums over the batch.",
+        fingerprints=("826f09883daa",),
+        reason="The learned position grid's resampling is loop-free, but pads counts.cumsum(0)[:-1], a tensor "
+        "one shorter than the number of images: torch fixes that number doing so (guard Eq(images - 1, 1)). "
+        "Rewritten from the source: the same exclusive cumulative sum as cumsum - counts.",
     ),
     # --- end of MoE and vision-language models ---
     # --- rewrite family: control flow -> torch.cond, generated from the original source at install ---

@@ -1,11 +1,11 @@
-"""transformers.vision.*_packed and qwen2_vl_rope_index: a Qwen2-VL prefill (transformers 5.23) whose images
-are packed into one patch sequence, exported with the number of images, their sizes, the batch and the text
-length all dynamic.
+"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL and Qwen3-VL prefills (transformers 5.23)
+whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and
+the text length all dynamic.
 
 Upstream reads image_grid_thw and mm_token_type_ids in Python four times (vision positions, per-frame attention
-chunks, per-image feature split, the language model's 3-axis positions). Each row is needed (the export fails
-with any one left out); with all four the program matches eager on batches with other images, grids and
-lengths, and eager is unchanged."""
+chunks, per-image feature split, the language model's 3-axis positions; Qwen3-VL also pads a tensor sized by the
+image count). Each row is needed (the export fails with any one left out); with all of them the program matches
+eager on batches with other images, grids and lengths, in both export modes, and eager is unchanged."""
 
 import random
 
@@ -23,22 +23,44 @@ pytestmark = pytest.mark.requires("transformers>=5.13")
 IMAGE, VIDEO, VISION_START = 120, 121, 122
 MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
-ROWS = ("transformers.vision.qwen2_vl_patch_positions_packed", "transformers.vision.qwen2_vl_attention_packed",
-        "transformers.vision.qwen2_vl_image_features_packed", "transformers.vision.qwen2_vl_rope_index")
-STRICT_ROW = "transformers.vision.qwen2_vl_placeholder_check_packed"  # what strict=True needs on top
+MODELS = ("qwen2_vl", "qwen3_vl")
 
 
-def _build():
-    vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=4,
-                  spatial_merge_size=MERGE, temporal_patch_size=2, in_channels=3)
-    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
-                rope_parameters={"rope_type": "default", "mrope_section": [2, 2, 4], "rope_theta": 10000.0})
-    config = transformers.Qwen2VLConfig(vision_config=vision, text_config=text, image_token_id=IMAGE,
-                                        video_token_id=VIDEO, vision_start_token_id=VISION_START,
-                                        bos_token_id=0, eos_token_id=1, pad_token_id=0)
+def _rows(model):
+    """The rows a non-strict export of ``model`` needs."""
+    rows = [f"transformers.vision.{model}_{row}"
+            for row in ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")]
+    if model == "qwen3_vl":
+        rows.append("transformers.vision.qwen3_vl_interpolation_packed")
+    return tuple(rows)
+
+
+def _strict_row(model):  # what strict=True needs on top
+    return f"transformers.vision.{model}_placeholder_check_packed"
+
+
+TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256}
+TOKENS = {"image_token_id": IMAGE, "video_token_id": VIDEO, "vision_start_token_id": VISION_START}
+
+
+def _build(model="qwen2_vl"):
+    tower = {"depth": 2, "num_heads": 4, "patch_size": 4, "spatial_merge_size": MERGE, "temporal_patch_size": 2,
+             "in_channels": 3}
+    rope = {"rope_type": "default", "mrope_section": [2, 2, 4], "rope_theta": 10000.0}
+    if model == "qwen2_vl":
+        config = transformers.Qwen2VLConfig(
+            vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
+            text_config={**TEXT, "rope_parameters": rope}, **TOKENS, bos_token_id=0, eos_token_id=1, pad_token_id=0)
+        cls = transformers.Qwen2VLForConditionalGeneration
+    else:  # a 4x4 learned position grid resampled per image, one deepstack layer
+        config = transformers.Qwen3VLConfig(
+            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                           "num_position_embeddings": 16, "deepstack_visual_indexes": [0]},
+            text_config={**TEXT, "head_dim": 16, "rope_parameters": {**rope, "mrope_interleaved": True}}, **TOKENS)
+        cls = transformers.Qwen3VLForConditionalGeneration
     torch.manual_seed(0)
-    return transformers.Qwen2VLForConditionalGeneration(config).eval()
+    return cls(config).eval()
 
 
 def _prefill(grids, text_len, seed):
@@ -83,44 +105,50 @@ def _with(make_agent, ids):
     return make_agent([s for s in registry.PATCHES if s.family == "pytree" or s.id in ids])
 
 
-@pytest.mark.parametrize("left_out", ROWS, ids=lambda row: row.rsplit(".", 1)[1])
-def test_export_fails_with_any_row_left_out(make_agent, left_out):
-    model = _build()
-    _with(make_agent, set(ROWS) - {left_out})
+@pytest.mark.parametrize("model, left_out", [(m, row) for m in MODELS for row in _rows(m)],
+                         ids=lambda v: v.rsplit(".", 1)[-1])
+def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
+    module = _build(model)
+    _with(make_agent, set(_rows(model)) - {left_out})
     with pytest.raises(Exception, match="data-dependent|specialized it to be a constant"):
-        _export(model)
+        _export(module)
 
 
-def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent):
+@pytest.mark.parametrize("model", MODELS)
+def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail."""
-    model = _build()
-    _with(make_agent, ROWS)
-    program = _export(model, strict=True)
+    module = _build(model)
+    _with(make_agent, _rows(model))
+    program = _export(module, strict=True)
     with torch.no_grad(), pytest.raises(Exception, match="Guard failed"):
         program.module()(**OTHERS[0])
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
-def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, strict):
-    model = _build()
-    _with(make_agent, ROWS + (STRICT_ROW,))
-    program = _export(model, strict=strict)
+@pytest.mark.parametrize("model", MODELS)
+def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, model, strict):
+    rows = (*_rows(model), _strict_row(model))
+    module = _build(model)
+    _with(make_agent, rows)
+    program = _export(module, strict=strict)
     used = autopatch.last_export_report()["patches"]
-    assert all(used.get(row, 0) >= 1 for row in ROWS + (STRICT_ROW,)), used
+    assert all(used.get(row, 0) >= 1 for row in rows), used
     for inputs in OTHERS:
         with torch.no_grad():
-            expected = model(**inputs).logits
+            expected = module(**inputs).logits
             got = program.module()(**inputs).logits
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_eager_is_unchanged_with_the_rows_installed(make_agent):
-    model = _build()
+@pytest.mark.parametrize("model", MODELS)
+def test_eager_is_unchanged_with_the_rows_installed(make_agent, model):
+    rows = (*_rows(model), _strict_row(model))
+    module = _build(model)
     with torch.no_grad():
-        before = model(**OTHERS[0]).logits
-    _with(make_agent, ROWS + (STRICT_ROW,))
+        before = module(**OTHERS[0]).logits
+    _with(make_agent, rows)
     with torch.no_grad():
-        assert torch.equal(model(**OTHERS[0]).logits, before)  # outside export: the originals
+        assert torch.equal(module(**OTHERS[0]).logits, before)  # outside export: the originals
 
 
 @pytest.mark.parametrize("include_temporal", [False, True])
@@ -133,10 +161,13 @@ def test_patch_positions_equal_upstream(include_temporal):
         assert torch.equal(packed.packed_position_ids(grids, merge, include_temporal), expected)
 
 
-def test_rope_index_equals_upstream_on_mixed_batches():
-    """Random batches: text runs, images and videos (several per sample, in any order), left padding, with and
-    without an attention mask."""
-    model = _build().model
+@pytest.mark.parametrize("model", MODELS)
+def test_rope_index_equals_upstream_on_mixed_batches(model):
+    """Random batches: text runs, images and videos (several per sample, in any order; Qwen3-VL's video frames
+    separated by timestamp text, as its processor writes them), left padding, with and without an attention
+    mask."""
+    replacement = getattr(packed, f"{model}_rope_index")
+    language = _build(model).model
     rng = random.Random(0)
     for _ in range(60):
         samples, grids = [], {1: [], 2: []}
@@ -146,7 +177,12 @@ def test_rope_index_equals_upstream_on_mixed_batches():
                 kind = rng.choice((1, 2))
                 grid = (rng.randint(1, 3), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
                 grids[kind].append(grid)
-                kinds += [kind] * (grid[0] * grid[1] * grid[2] // MERGE**2) + [0] * rng.randint(1, 3)
+                frame = grid[1] * grid[2] // MERGE**2
+                if kind == 2 and model == "qwen3_vl":  # a timestamp (text) before every frame but the first
+                    kinds += [kind] * frame + ([0] * rng.randint(1, 2) + [kind] * frame) * (grid[0] - 1)
+                else:
+                    kinds += [kind] * (grid[0] * frame)
+                kinds += [0] * rng.randint(1, 3)
             samples.append((rng.randint(0, 2), kinds))  # (left padding, token kinds)
         length = max(pad + len(k) for pad, k in samples)
         kinds = torch.zeros(len(samples), length, dtype=torch.int)
@@ -157,8 +193,8 @@ def test_rope_index_equals_upstream_on_mixed_batches():
         ids = torch.where(kinds == 1, IMAGE, torch.where(kinds == 2, VIDEO, 5))
         image_grid, video_grid = (torch.tensor(grids[k]) if grids[k] else None for k in (1, 2))
         for attention_mask in (mask, None):
-            expected = model.get_rope_index(ids, kinds, image_grid, video_grid, attention_mask)
-            got = packed.qwen2_vl_rope_index(model, ids, kinds, image_grid, video_grid, attention_mask)
+            expected = language.get_rope_index(ids, kinds, image_grid, video_grid, attention_mask)
+            got = replacement(language, ids, kinds, image_grid, video_grid, attention_mask)
             for e, g in zip(expected, got):
                 assert e.dtype == g.dtype and torch.equal(e, g)
 

@@ -9,6 +9,7 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
   data-dependent number of chunks (guard ``Eq(u0, 0)``).
 - ``get_image_features`` splits the merged features per image with ``.tolist()``; its only caller concatenates
   them again at once.
+- (Qwen3-VL) the resampling of the learned position grid pads a tensor one shorter than the number of images.
 - ``get_rope_index`` groups each sample's tokens with ``itertools.groupby`` over ``.tolist()`` and walks the
   groups in Python to build 3-axis (time, row, column) positions for the language model.
 
@@ -86,6 +87,10 @@ def packed_attention_one_call(attention_forward):
     })
 
 
+#: The per-image feature counts, as Python ints.
+_SPLIT_SIZES = "split_sizes = (image_grid_thw.prod(-1) // self.visual.spatial_merge_size ** 2).tolist()"
+
+
 def packed_image_features(get_image_features):
     """A rewriter for ``get_image_features`` of Qwen2-VL-style models (5.23): the merged features are split per
     image with ``.tolist()`` sizes, which fixes the number of images; the caller's first act is
@@ -94,8 +99,31 @@ def packed_image_features(get_image_features):
     from ..rewrite.control_flow import substitute_expressions
 
     return substitute_expressions(get_image_features, {
-        "split_sizes = (image_grid_thw.prod(-1) // self.visual.spatial_merge_size ** 2).tolist()": "pass",
+        _SPLIT_SIZES: "pass",
         "torch.split(vision_outputs.pooler_output, split_sizes)": "(vision_outputs.pooler_output,)",
+    })
+
+
+def packed_deepstack_image_features(get_image_features):
+    """The same for Qwen3-VL-style ``get_image_features`` (5.23), which also splits each deepstack layer's
+    features per image (its caller concatenates those too)."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES: "pass",
+        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
+        "torch.split(feat, split_sizes)": "(feat,)",
+    })
+
+
+def packed_interpolation_starts(interpolation_indices_and_weights):
+    """A rewriter for ``vision_utils.get_vision_interpolation_indices_and_weights`` (5.23): loop-free already,
+    but each image's first patch is ``F.pad(counts.cumsum(0)[:-1], (1, 0))``, and padding a tensor one shorter
+    than the number of images makes torch fix that number. ``cumsum - counts`` is the same exclusive sum."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(interpolation_indices_and_weights, {
+        "F.pad(counts.cumsum(0)[:-1], (1, 0))": "counts.cumsum(0) - counts",
     })
 
 
@@ -163,3 +191,13 @@ def qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None,
     largest = position_ids.amax(dim=(0, 2))  # dropped tokens hold 0, never above a kept one
     deltas = (largest + 1 - kept.sum(dim=1)).unsqueeze(1)
     return position_ids, deltas
+
+
+def qwen3_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                        attention_mask=None, **kwargs):
+    """``Qwen3VLModel.get_rope_index`` (5.23): Qwen2-VL's, except that timestamps separate a video's frames in
+    the text, so each frame is a group of its own: the video grids are split into one-frame grids first."""
+    if video_grid_thw is not None:
+        video_grid_thw = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
+        video_grid_thw = torch.cat([torch.ones_like(video_grid_thw[:, :1]), video_grid_thw[:, 1:]], dim=1)
+    return qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
