@@ -101,9 +101,15 @@ IDEFICS_4X = (
 #: vision attention and get_placeholder_mask share one source (fingerprints in the rows); each model module binds
 #: vision_utils.get_vision_position_ids by name. Columns: model, vision attention class, model class,
 #: get_image_features (fingerprint, rewriter), get_rope_index (fingerprint, replacement).
+#: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
+#: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none).
+PLACEHOLDER_CHECK_STRICT = ("qwen2_vl", "qwen3_vl")
+
 PACKED_VISION_MODELS = (
     ("qwen2_vl", "VisionAttention", "Qwen2VLModel", "54bb4440fb12", "packed_image_features",
      "31c7fed95e71", "qwen2_vl_rope_index"),
+    ("qwen2_5_vl", "Qwen2_5_VLVisionAttention", "Qwen2_5_VLModel", "54bb4440fb12", "packed_image_features",
+     "a52a842c5d34", "qwen2_5_vl_rope_index"),
     ("qwen3_vl", "Qwen3VLVisionAttention", "Qwen3VLModel", "cf364b3e5fa9", "packed_deepstack_image_features",
      "b3d7f47d79df", "qwen3_vl_rope_index"),
 )
@@ -829,19 +835,6 @@ PATCHES = (
                 + (" (and per deepstack layer)." if "deepstack" in features_rewriter else "."),
             ),
             PatchSpec(
-                id=f"transformers.vision.{model}_placeholder_check_packed",
-                family="transformers",
-                trigger=f"transformers.models.{model}.modeling_{model}",
-                target=f"{owner}.get_placeholder_mask",
-                mode="rewrite",
-                replacement="autopatch.patches.transformers_packed_vision:packed_placeholder_check",
-                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
-                fingerprints=("e96fc4bdcbe2",),  # the same source in both
-                reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
-                "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
-                "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
-            ),
-            PatchSpec(
                 id=f"transformers.vision.{model}_rope_index",
                 family="transformers",
                 trigger=f"transformers.models.{model}.modeling_{model}",
@@ -855,6 +848,36 @@ PATCHES = (
                 "positions and deltas for every token at once, from cumulative sums over the batch.",
             ),
         )
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_check_packed",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_packed_vision:packed_placeholder_check",
+            requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+            fingerprints=("e96fc4bdcbe2",),  # the same source in both
+            reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
+            "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
+            "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
+        )
+        for model, _, owner, *_ in PACKED_VISION_MODELS
+        if model in PLACEHOLDER_CHECK_STRICT
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen2_5_vl_windows_packed",
+        family="transformers",
+        trigger="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        target="get_vision_window_index",  # the module's binding of vision_utils'
+        mode="route",
+        replacement="autopatch.patches.transformers_packed_vision:packed_window_index",
+        requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+        fingerprints=("420d88ca4b33",),
+        reason="Qwen2.5-VL's windowed attention lists each image's windows in a loop over grid_thw.tolist(), "
+        "which fixes the number of images. The same token order and window bounds at once: every token gets its "
+        "window's number and place, one sort orders them.",
     ),
     PatchSpec(
         id="transformers.vision.qwen3_vl_interpolation_packed",

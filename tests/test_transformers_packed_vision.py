@@ -1,10 +1,10 @@
-"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL and Qwen3-VL prefills (transformers 5.23)
+"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL and Qwen3-VL prefills (5.23)
 whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and
 the text length all dynamic.
 
 Upstream reads image_grid_thw and mm_token_type_ids in Python four times (vision positions, per-frame attention
-chunks, per-image feature split, the language model's 3-axis positions; Qwen3-VL also pads a tensor sized by the
-image count). Each row is needed (the export fails with any one left out); with all of them the program matches
+chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
+per image, Qwen3-VL pads a tensor sized by the image count). Each row is needed (the export fails with any one left out); with all of them the program matches
 eager on batches with other images, grids and lengths, in both export modes, and eager is unchanged."""
 
 import random
@@ -23,20 +23,23 @@ pytestmark = pytest.mark.requires("transformers>=5.13")
 IMAGE, VIDEO, VISION_START = 120, 121, 122
 MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
-MODELS = ("qwen2_vl", "qwen3_vl")
+MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 def _rows(model):
     """The rows a non-strict export of ``model`` needs."""
     rows = [f"transformers.vision.{model}_{row}"
             for row in ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")]
+    if model == "qwen2_5_vl":
+        rows.append("transformers.vision.qwen2_5_vl_windows_packed")
     if model == "qwen3_vl":
         rows.append("transformers.vision.qwen3_vl_interpolation_packed")
     return tuple(rows)
 
 
-def _strict_row(model):  # what strict=True needs on top
-    return f"transformers.vision.{model}_placeholder_check_packed"
+def _strict_rows(model):
+    """What strict=True needs on top (Qwen2.5-VL: nothing; the export test shows it)."""
+    return () if model == "qwen2_5_vl" else (f"transformers.vision.{model}_placeholder_check_packed",)
 
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -53,6 +56,12 @@ def _build(model="qwen2_vl"):
             vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
             text_config={**TEXT, "rope_parameters": rope}, **TOKENS, bos_token_id=0, eos_token_id=1, pad_token_id=0)
         cls = transformers.Qwen2VLForConditionalGeneration
+    elif model == "qwen2_5_vl":  # 2x2-token windows (the 4x8 image has two per frame), layer 1 attends fully
+        config = transformers.Qwen2_5_VLConfig(
+            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                           "window_size": 16, "fullatt_block_indexes": [1], "tokens_per_second": 2},
+            text_config={**TEXT, "rope_parameters": rope}, **TOKENS)
+        cls = transformers.Qwen2_5_VLForConditionalGeneration
     else:  # a 4x4 learned position grid resampled per image, one deepstack layer
         config = transformers.Qwen3VLConfig(
             vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
@@ -114,7 +123,7 @@ def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
         _export(module)
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", ("qwen2_vl", "qwen3_vl"))
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail."""
     module = _build(model)
@@ -127,7 +136,7 @@ def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(ma
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 @pytest.mark.parametrize("model", MODELS)
 def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, model, strict):
-    rows = (*_rows(model), _strict_row(model))
+    rows = (*_rows(model), *_strict_rows(model))
     module = _build(model)
     _with(make_agent, rows)
     program = _export(module, strict=strict)
@@ -142,7 +151,7 @@ def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_eager_is_unchanged_with_the_rows_installed(make_agent, model):
-    rows = (*_rows(model), _strict_row(model))
+    rows = (*_rows(model), *_strict_rows(model))
     module = _build(model)
     with torch.no_grad():
         before = module(**OTHERS[0]).logits
@@ -192,9 +201,13 @@ def test_rope_index_equals_upstream_on_mixed_batches(model):
             mask[row, length - len(sample):] = 1
         ids = torch.where(kinds == 1, IMAGE, torch.where(kinds == 2, VIDEO, 5))
         image_grid, video_grid = (torch.tensor(grids[k]) if grids[k] else None for k in (1, 2))
+        extra = {}
+        if model == "qwen2_5_vl" and video_grid is not None and rng.random() < 0.7:  # else 1 s per grid
+            extra["second_per_grid_ts"] = torch.tensor([rng.choice((0.5, 1.0, 1.3)) for _ in grids[2]])
         for attention_mask in (mask, None):
-            expected = language.get_rope_index(ids, kinds, image_grid, video_grid, attention_mask)
-            got = replacement(language, ids, kinds, image_grid, video_grid, attention_mask)
+            expected = language.get_rope_index(ids, kinds, image_grid, video_grid, attention_mask=attention_mask,
+                                               **extra)
+            got = replacement(language, ids, kinds, image_grid, video_grid, attention_mask=attention_mask, **extra)
             for e, g in zip(expected, got):
                 assert e.dtype == g.dtype and torch.equal(e, g)
 
@@ -208,3 +221,17 @@ def test_block_diagonal_mask_attends_within_segments():
     segments = [0, 0, 1, 2, 2, 2, 2]
     assert allowed.tolist() == [[int(a == b) for b in segments] for a in segments]
     assert mask.shape == (1, 1, 7, 7)
+
+
+def test_window_index_equals_upstream():
+    from transformers import vision_utils
+
+    rng = random.Random(1)
+    for _ in range(100):
+        grids = torch.tensor([(rng.randint(1, 3), MERGE * rng.randint(1, 9), MERGE * rng.randint(1, 9))
+                              for _ in range(rng.randint(1, 4))])
+        window, patch = rng.choice(((16, 4), (24, 4), (32, 4), (112, 14)))
+        expected = vision_utils.get_vision_window_index(grids, MERGE, window, patch)
+        got = packed.packed_window_index(grids, MERGE, window, patch)
+        for e, g in zip(expected, got):
+            assert e.dtype == g.dtype and torch.equal(e, g)

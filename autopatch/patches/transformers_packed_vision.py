@@ -9,6 +9,7 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
   data-dependent number of chunks (guard ``Eq(u0, 0)``).
 - ``get_image_features`` splits the merged features per image with ``.tolist()``; its only caller concatenates
   them again at once.
+- (Qwen2.5-VL) the attention windows are listed by a loop over ``grid_thw.tolist()``.
 - (Qwen3-VL) the resampling of the learned position grid pads a tensor one shorter than the number of images.
 - ``get_rope_index`` groups each sample's tokens with ``itertools.groupby`` over ``.tolist()`` and walks the
   groups in Python to build 3-axis (time, row, column) positions for the language model.
@@ -57,6 +58,45 @@ def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kw
     if include_temporal:
         return torch.stack([in_image // frame_size[image], row, column], dim=-1)
     return torch.stack([row, column], dim=-1)
+
+
+def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, kwargs=None):
+    """``transformers.vision_utils.get_vision_window_index`` (5.23, Qwen2.5-VL's windowed attention) without the
+    loop over ``grid_thw.tolist()``.
+
+    Upstream cuts each frame's merged-token grid into ``side x side`` windows (padding every side to the next
+    multiple, a whole empty window where it divides) and lists the tokens window by window, row-major inside a
+    window; the window bounds are the cumulative window sizes (times the patches per token), repeated bounds of
+    empty windows removed. Here every token gets its window's global number and its place inside it, one sort
+    orders them, and a scatter counts each window."""
+    if kwargs is not None:
+        given = kwargs.pop("window_index", None), kwargs.pop("cu_window_seqlens", None)
+        if given[0] is not None and given[1] is not None:
+            return given
+    side = window_size // spatial_merge_size // patch_size
+    frames = grid_thw[:, 0]
+    rows, columns = grid_thw[:, 1] // spatial_merge_size, grid_thw[:, 2] // spatial_merge_size
+    frame_size = rows * columns
+    ends = (frames * frame_size).cumsum(0)
+    total = ends[-1].item() if ends.shape[0] else 0  # merged tokens: data, as in packed_position_ids
+    torch._check(total >= 0)
+    token = torch.arange(total, device=grid_thw.device)
+    image = torch.searchsorted(ends, token, right=True)
+    in_image = token - (ends - frames * frame_size)[image]
+    frame, in_frame = in_image // frame_size[image], in_image % frame_size[image]
+    row, column = in_frame // columns[image], in_frame % columns[image]
+    across, down = columns // side + 1, rows // side + 1  # windows per row and per column, the padding's
+    windows = frames * down * across
+    window_ends = windows.cumsum(0)
+    window = ((window_ends - windows)[image] + frame * (down * across)[image] + (row // side) * across[image]
+              + column // side)
+    index = torch.argsort(window * side * side + (row % side) * side + column % side)
+    count = window_ends[-1].item() if ends.shape[0] else 0
+    torch._check(count >= 0)
+    sizes = torch.zeros(count, dtype=torch.long, device=grid_thw.device)
+    sizes = sizes.scatter_add(0, window, torch.ones_like(window))
+    bounds = torch.cat([sizes.new_zeros(1), sizes.cumsum(0) * spatial_merge_size**2]).to(torch.int32)
+    return index, torch.unique_consecutive(bounds)
 
 
 #: The chunked attention of the shared Qwen2-VL-style vision attention (one source, the fingerprint checks it).
@@ -154,7 +194,24 @@ def _latest(flags, values):
 
 def qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
                         attention_mask=None, **kwargs):
-    """``Qwen2VLModel.get_rope_index`` (5.x) for every token at once. Returns the same ``position_ids
+    """``Qwen2VLModel.get_rope_index`` (5.x) for every token at once (``_rope_index``)."""
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
+
+
+def qwen2_5_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                          second_per_grid_ts=None, attention_mask=None, **kwargs):
+    """``Qwen2_5_VLModel.get_rope_index`` (5.23): Qwen2-VL's, with a video's frames spaced ``tokens_per_second *
+    second_per_grid_ts[video]`` apart on the time axis (1 second per grid when not given), images' by 1."""
+    seconds = second_per_grid_ts
+    if video_grid_thw is not None and seconds is None:
+        seconds = torch.ones(video_grid_thw.shape[0], device=input_ids.device, dtype=torch.long)
+    interval = None if seconds is None else self.config.vision_config.tokens_per_second * seconds
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask, interval)
+
+
+def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
+                video_interval=None):
+    """Qwen2-VL-style ``get_rope_index`` for every token at once. Returns the same ``position_ids
     [3, batch, seq]`` and ``mrope_position_deltas [batch, 1]``.
 
     Upstream, per sample and over the tokens the attention mask keeps: runs of one modality (0 text, 1 image,
@@ -172,12 +229,16 @@ def qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None,
     previous = torch.where(column == 0, -1, _latest(kept, column).roll(1, dims=1))
     opens = kept & ((previous < 0) | (kinds.gather(1, previous.clamp(min=0)) != kinds))
     grids = torch.zeros(batch, length, 3, dtype=torch.long, device=device)
+    interval = None  # per token: the time-axis spacing of a video's frames (1 elsewhere)
     for kind, grid_thw in ((1, image_grid_thw), (2, video_grid_thw)):
         if grid_thw is None:
             continue
         ordinal = (opens & (kinds == kind)).flatten().cumsum(0).view(batch, length) - 1  # batch-major order
         of_kind = grid_thw.to(device=device, dtype=torch.long)[ordinal.clamp(min=0)]
         grids = torch.where((kept & (kinds == kind))[..., None], of_kind, grids)
+        if kind == 2 and video_interval is not None:
+            spacing = video_interval.to(device)[ordinal.clamp(min=0)]
+            interval = torch.where(kinds == kind, spacing, torch.ones_like(spacing))
     text, vision = kept & (kinds == 0), kept & (kinds != 0)
     rows, columns = (grids[..., 1] // merge).clamp(min=1), (grids[..., 2] // merge).clamp(min=1)
     group_advance = torch.maximum(grids[..., 1], grids[..., 2]) // merge
@@ -186,7 +247,10 @@ def qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None,
     group_start = before - torch.where(opens, 0, group_advance)
     rank = kept.long().cumsum(dim=1) - 1
     offset = rank - _latest(opens, rank)  # index of the token inside its group
-    vision_ids = group_start + torch.stack([offset // (rows * columns), (offset // columns) % rows, offset % columns])
+    frame = offset // (rows * columns)
+    if interval is not None:  # as upstream: arange(frames) * interval, truncated
+        frame = (frame * interval).long()
+    vision_ids = group_start + torch.stack([frame, (offset // columns) % rows, offset % columns])
     position_ids = torch.where(vision, vision_ids, torch.where(text, before, 0)).to(input_ids.dtype)
     largest = position_ids.amax(dim=(0, 2))  # dropped tokens hold 0, never above a kept one
     deltas = (largest + 1 - kept.sum(dim=1)).unsqueeze(1)
@@ -200,4 +264,4 @@ def qwen3_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None,
     if video_grid_thw is not None:
         video_grid_thw = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
         video_grid_thw = torch.cat([torch.ones_like(video_grid_thw[:, :1]), video_grid_thw[:, 1:]], dim=1)
-    return qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
