@@ -28,6 +28,22 @@ from __future__ import annotations
 import torch
 
 
+def _total(ends) -> int:
+    """The last of cumulative counts (0 for none), as a size: unbacked under export, since it is data."""
+    total = ends[-1].item() if ends.shape[0] else 0
+    torch._check(total >= 0)
+    return total
+
+
+def _locate(counts):
+    """For items laid out group after group (``counts[g]`` items in group g): each item's group and its index in
+    that group, by ``searchsorted`` over the cumulative counts (no loop over the groups)."""
+    ends = counts.cumsum(0)
+    item = torch.arange(_total(ends), device=counts.device)
+    group = torch.searchsorted(ends, item, right=True)
+    return group, item - (ends - counts)[group]
+
+
 def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kwargs=None):
     """``transformers.vision_utils.get_vision_position_ids`` (5.23) without the loop over images.
 
@@ -42,14 +58,9 @@ def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kw
     else:
         merge = spatial_merge_size.to(device=rows.device, dtype=rows.dtype)
     frame_size = rows * columns
-    ends = (frames * frame_size).cumsum(0)
     # The patch count is the grid's data: an unbacked size under export, which the attention rewrite below
     # equates with the hidden states' length (the upstream code implies it: it adds one to the other).
-    total = ends[-1].item() if ends.shape[0] else 0
-    torch._check(total >= 0)
-    patch = torch.arange(total, device=grid_thw.device)
-    image = torch.searchsorted(ends, patch, right=True)
-    in_image = patch - (ends - frames * frame_size)[image]
+    image, in_image = _locate(frames * frame_size)
     in_frame = in_image % frame_size[image]
     m = merge[image]
     blocks_per_row = columns[image] // m
@@ -77,12 +88,7 @@ def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, k
     frames = grid_thw[:, 0]
     rows, columns = grid_thw[:, 1] // spatial_merge_size, grid_thw[:, 2] // spatial_merge_size
     frame_size = rows * columns
-    ends = (frames * frame_size).cumsum(0)
-    total = ends[-1].item() if ends.shape[0] else 0  # merged tokens: data, as in packed_position_ids
-    torch._check(total >= 0)
-    token = torch.arange(total, device=grid_thw.device)
-    image = torch.searchsorted(ends, token, right=True)
-    in_image = token - (ends - frames * frame_size)[image]
+    image, in_image = _locate(frames * frame_size)  # per merged token
     frame, in_frame = in_image // frame_size[image], in_image % frame_size[image]
     row, column = in_frame // columns[image], in_frame % columns[image]
     across, down = columns // side + 1, rows // side + 1  # windows per row and per column, the padding's
@@ -91,9 +97,7 @@ def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, k
     window = ((window_ends - windows)[image] + frame * (down * across)[image] + (row // side) * across[image]
               + column // side)
     index = torch.argsort(window * side * side + (row % side) * side + column % side)
-    count = window_ends[-1].item() if ends.shape[0] else 0
-    torch._check(count >= 0)
-    sizes = torch.zeros(count, dtype=torch.long, device=grid_thw.device)
+    sizes = torch.zeros(_total(window_ends), dtype=torch.long, device=grid_thw.device)
     sizes = sizes.scatter_add(0, window, torch.ones_like(window))
     bounds = torch.cat([sizes.new_zeros(1), sizes.cumsum(0) * spatial_merge_size**2]).to(torch.int32)
     return index, torch.unique_consecutive(bounds)
