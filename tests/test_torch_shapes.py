@@ -114,6 +114,29 @@ def test_broadcast_with_patch_keeps_both_dims(agent, strict, named):
     _check_pairs(model, program)
 
 
+class MaskedPlusFixed(torch.nn.Module):
+    """A data-dependent length (x[mask]) broadcast against a fixed one: an unbacked SymInt beside a plain int."""
+
+    def forward(self, x, mask, y):
+        return x[mask] + y
+
+
+@STRICT
+def test_broadcast_patch_takes_a_data_dependent_size_beside_a_fixed_one(agent, strict):
+    """Found by a zero-code Qwen2.5-VL export: the patch's exact formula (torch.sym_ite) refused an int beside
+    a SymInt ("type mismatch"). Torch alone exports this; with the patch it must too, and compute the same."""
+    model, n = MaskedPlusFixed(), Dim("n")
+    mask = torch.tensor([1, 0, 1, 0, 1, 0], dtype=torch.bool)
+    with patches(*BROADCAST) as own:
+        program = torch.export.export(model, (torch.randn(6), mask, torch.randn(3)),
+                                      dynamic_shapes=({0: n}, {0: n}, None), strict=strict)
+        assert own.records["torch.broadcast.infer_size"].hits > 0
+    for length, kept in ((9, [0, 4, 8]), (4, [2])):  # three kept, or one (broadcast against y)
+        x, mask, y = torch.randn(length), torch.zeros(length, dtype=torch.bool), torch.randn(3)
+        mask[kept] = True
+        assert torch.equal(program.module()(x, mask, y), model(x, mask, y))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Refs path (torch.where, torch.maximum): needs backed_size_oblivious
 # ---------------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from torch.export import Dim
 import autopatch
 from autopatch import registry
 from autopatch.patches import transformers_packed_vision as packed
+from conftest import run_py
 
 pytestmark = pytest.mark.requires("transformers>=5.13")
 
@@ -235,3 +236,29 @@ def test_window_index_equals_upstream():
         got = packed.packed_window_index(grids, MERGE, window, patch)
         for e, g in zip(expected, got):
             assert e.dtype == g.dtype and torch.equal(e, g)
+
+
+@pytest.mark.parametrize("model, selection", [
+    ("qwen2_vl", "1"), ("qwen2_5_vl", "1"),
+    # Known limit: with torch.broadcast.* the export stops in torch's range analysis (KeyError: ITE, the exact
+    # broadcast size of two data-dependent lengths); Qwen3-VL exports with every other default patch.
+    ("qwen3_vl", "all,-torch.broadcast.*"),
+])
+def test_zero_code_export_with_the_default_patches(model, selection):
+    """The door users take: EXPORT_PATCHES in a fresh interpreter, a plain torch.export.export of the model,
+    the default patches installed at once (this found a broadcasting patch refusing Qwen2.5-VL's sizes)."""
+    code = f"""
+import sys, torch
+sys.path.insert(0, "tests")
+import test_transformers_packed_vision as t
+for name in [{model!r}]:
+    model = t._build(name)
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=t.TRACED, dynamic_shapes=t.SHAPES)
+        for inputs in t.OTHERS:
+            torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits,
+                                       rtol=1e-4, atol=1e-4)
+print("OK")
+"""
+    result = run_py(code, timeout=600, EXPORT_PATCHES=selection)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]

@@ -92,6 +92,12 @@ def broadcast_dim(size_a, size_b, index):
         lambda: f"The size of tensor a ({size_a}) must match the size of tensor b ({size_b}) "
         f"at non-singleton dimension {index}",
     )
+    # A plain int that is not 1 (ruled out above) is the result whichever way the check holds. (Not a symbol
+    # whose range excludes 1: export reasons with min 2 for dims the program still accepts at 1.)
+    if isinstance(size_b, int):
+        return size_b
+    if isinstance(size_a, int):
+        return size_a
     # Both >= 1: one of them is 1 or they are equal, so the result is the max. A size 0 against 1 gives 0 in
     # eager while max gives 1: use the exact formula when 0 is possible.
     if statically_known_true(size_a >= 1) and statically_known_true(size_b >= 1):
