@@ -101,10 +101,6 @@ IDEFICS_4X = (
 #: vision attention and get_placeholder_mask share one source (fingerprints in the rows); each model module binds
 #: vision_utils.get_vision_position_ids by name. Columns: model, vision attention class, model class,
 #: get_image_features (fingerprint, rewriter), get_rope_index (fingerprint, replacement).
-#: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
-#: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none).
-PLACEHOLDER_CHECK_STRICT = ("qwen2_vl", "qwen3_vl")
-
 PACKED_VISION_MODELS = (
     ("qwen2_vl", "VisionAttention", "Qwen2VLModel", "54bb4440fb12", "packed_image_features",
      "31c7fed95e71", "qwen2_vl_rope_index"),
@@ -113,6 +109,13 @@ PACKED_VISION_MODELS = (
     ("qwen3_vl", "Qwen3VLVisionAttention", "Qwen3VLModel", "cf364b3e5fa9", "packed_deepstack_image_features",
      "b3d7f47d79df", "qwen3_vl_rope_index"),
 )
+
+#: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
+#: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none).
+PLACEHOLDER_CHECK_STRICT = ("qwen2_vl", "qwen3_vl")
+
+#: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
+PACKED_VISION_REQUIRES = (("transformers", ">=5.13"), ("torch", ">=2.6"))
 
 #: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
 LEGACY_CACHES = (
@@ -801,7 +804,7 @@ PATCHES = (
                 target="get_vision_position_ids",  # the module's own binding of transformers.vision_utils'
                 mode="route",
                 replacement="autopatch.patches.transformers_packed_vision:packed_position_ids",
-                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                requires=PACKED_VISION_REQUIRES,
                 fingerprints=("0d795946698a",),
                 reason="get_vision_position_ids loops over image_grid_thw.tolist() to lay out each image's rotary "
                 "(row, column) positions, which fixes the number of images. The same positions for every patch "
@@ -814,7 +817,7 @@ PATCHES = (
                 target=f"{attention}.forward",
                 mode="rewrite",
                 replacement="autopatch.patches.transformers_packed_vision:packed_attention_one_call",
-                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                requires=PACKED_VISION_REQUIRES,
                 fingerprints=("b918fa098915",),
                 reason=f"{attention}.forward (eager and sdpa) splits q/k/v per frame with lengths.tolist() and "
                 "attends chunk by chunk (guard Eq(u0, 0)). Rewritten from the source: one attention call with a "
@@ -827,7 +830,7 @@ PATCHES = (
                 target=f"{owner}.get_image_features",
                 mode="rewrite",
                 replacement=f"autopatch.patches.transformers_packed_vision:{features_rewriter}",
-                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                requires=PACKED_VISION_REQUIRES,
                 fingerprints=(features_fingerprint,),
                 reason=f"{owner}.get_image_features splits the merged features per image with .tolist() sizes, "
                 "which fixes the number of images; its caller concatenates them at once. Rewritten from the "
@@ -841,7 +844,7 @@ PATCHES = (
                 target=f"{owner}.get_rope_index",
                 mode="route",
                 replacement=f"autopatch.patches.transformers_packed_vision:{rope_index}",
-                requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+                requires=PACKED_VISION_REQUIRES,
                 fingerprints=(rope_fingerprint,),
                 reason=f"{owner}.get_rope_index groups each sample's tokens with itertools.groupby over "
                 "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis "
@@ -857,7 +860,7 @@ PATCHES = (
             target=f"{owner}.get_placeholder_mask",
             mode="rewrite",
             replacement="autopatch.patches.transformers_packed_vision:packed_placeholder_check",
-            requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+            requires=PACKED_VISION_REQUIRES,
             fingerprints=("e96fc4bdcbe2",),  # the same source in both
             reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
             "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
@@ -873,7 +876,7 @@ PATCHES = (
         target="get_vision_window_index",  # the module's binding of vision_utils'
         mode="route",
         replacement="autopatch.patches.transformers_packed_vision:packed_window_index",
-        requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+        requires=PACKED_VISION_REQUIRES,
         fingerprints=("420d88ca4b33",),
         reason="Qwen2.5-VL's windowed attention lists each image's windows in a loop over grid_thw.tolist(), "
         "which fixes the number of images. The same token order and window bounds at once: every token gets its "
@@ -886,7 +889,7 @@ PATCHES = (
         target="get_vision_interpolation_indices_and_weights",  # the module's binding of vision_utils'
         mode="rewrite",
         replacement="autopatch.patches.transformers_packed_vision:packed_interpolation_starts",
-        requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+        requires=PACKED_VISION_REQUIRES,
         fingerprints=("826f09883daa",),
         reason="The learned position grid's resampling is loop-free, but pads counts.cumsum(0)[:-1], a tensor "
         "one shorter than the number of images: torch fixes that number doing so (guard Eq(images - 1, 1)). "

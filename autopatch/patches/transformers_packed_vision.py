@@ -237,11 +237,12 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     for kind, grid_thw in ((1, image_grid_thw), (2, video_grid_thw)):
         if grid_thw is None:
             continue
-        ordinal = (opens & (kinds == kind)).flatten().cumsum(0).view(batch, length) - 1  # batch-major order
-        of_kind = grid_thw.to(device=device, dtype=torch.long)[ordinal.clamp(min=0)]
+        # The grid each token's group takes: groups of this kind counted in batch-major order.
+        ordinal = ((opens & (kinds == kind)).flatten().cumsum(0).view(batch, length) - 1).clamp(min=0)
+        of_kind = grid_thw.to(device=device, dtype=torch.long)[ordinal]
         grids = torch.where((kept & (kinds == kind))[..., None], of_kind, grids)
         if kind == 2 and video_interval is not None:
-            spacing = video_interval.to(device)[ordinal.clamp(min=0)]
+            spacing = video_interval.to(device)[ordinal]
             interval = torch.where(kinds == kind, spacing, torch.ones_like(spacing))
     text, vision = kept & (kinds == 0), kept & (kinds != 0)
     rows, columns = (grids[..., 1] // merge).clamp(min=1), (grids[..., 2] // merge).clamp(min=1)
