@@ -62,6 +62,13 @@ def sym_or(*exprs):
     return any_of(*exprs)
 
 
+def is_unbacked(size) -> bool:
+    """A SymInt made from data (``.item()``, ``nonzero``, a boolean mask...): torch has no traced value for it."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(size))
+
+
 def is_nested_int(size):
     from torch.fx.experimental.symbolic_shapes import is_nested_int as nested
 
@@ -86,6 +93,17 @@ def broadcast_dim(size_a, size_b, index):
         )
     if is_nested_int(size_a) or is_nested_int(size_b):
         torch._check(size_a == size_b, lambda: f"cannot broadcast nested int {size_a} with {size_b}")
+        return size_a
+    # Two symbols, one of them data-dependent (no traced value, so torch's own rule reads none): as torch, take
+    # it as not 1, check the two equal at run time, return the first. The exact sym_ite below, which 0 would
+    # need, is what torch's range analysis cannot bound (KeyError: ITE, seen exporting Qwen3-VL).
+    both_symbols = isinstance(size_a, torch.SymInt) and isinstance(size_b, torch.SymInt)
+    if both_symbols and (is_unbacked(size_a) or is_unbacked(size_b)):
+        torch._check(
+            size_a == size_b,
+            lambda: f"The size of tensor a ({size_a}) must match the size of tensor b ({size_b}) "
+            f"at non-singleton dimension {index}",
+        )
         return size_a
     torch._check(
         sym_or(size_a == size_b, size_a == 1, size_b == 1),
