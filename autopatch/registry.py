@@ -869,6 +869,37 @@ PATCHES = (
         for model, _, owner, *_ in PACKED_VISION_MODELS
         if model in PLACEHOLDER_CHECK_STRICT
     ),
+    # 4.x Qwen2-VL: the same five problems in 4.57's sources (the rope index by other rules, see its replacement).
+    *(
+        PatchSpec(
+            id=f"transformers.vision.qwen2_vl_{name}_4x",
+            family="transformers",
+            trigger="transformers.models.qwen2_vl.modeling_qwen2_vl",
+            target=target,
+            mode=mode,
+            replacement=f"autopatch.patches.transformers_packed_vision:{replacement}",
+            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+            fingerprints=(fingerprint,),
+            reason=reason,
+        )
+        for name, target, mode, replacement, fingerprint, reason in (
+            ("rot_pos_emb", "Qwen2VisionTransformerPretrainedModel.rot_pos_emb", "route", "qwen2_vl_rot_pos_emb_4x",
+             "7290f8a51f13", "Loops over the images for the rotary positions and builds a frequency table as long "
+             "as the largest grid side (read from the data). The loop-free positions times the frequencies."),
+            ("attention_packed", "VisionAttention.forward", "rewrite", "packed_attention_one_call", "e272c1758c19",
+             "Splits q/k/v per frame with lengths.tolist() (guard Eq(u0, 0)). Rewritten from the source: one "
+             "attention call with a block-diagonal mask."),
+            ("image_features_packed", "Qwen2VLModel.get_image_features", "rewrite", "packed_image_features_4x",
+             "03ab8c6986fe", "Splits the features per image with .tolist() sizes, which fixes the number of "
+             "images. Rewritten from the source: one element, which the caller concatenates to the same tensor."),
+            ("placeholder_check", "Qwen2VLModel.get_placeholder_mask", "rewrite", "placeholder_check_4x",
+             "b6431acf2fe5", "Compares a data-dependent size with the features in a Python if (guard Ne(u0, ...)). "
+             "Rewritten from the source: a torch._check_tensor_all, a runtime assertion."),
+            ("rope_index", "Qwen2VLModel.get_rope_index", "route", "qwen2_vl_rope_index_4x", "a52f6da348cc",
+             "Walks each sample's vision-start tokens with .tolist() and .item() (guard Eq(u0, 0)). The same 3-axis "
+             "positions and deltas for every token at once, by 4.x's rules."),
+        )
+    ),
     PatchSpec(
         id="transformers.vision.qwen2_5_vl_windows_packed",
         family="transformers",

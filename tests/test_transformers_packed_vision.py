@@ -1,11 +1,12 @@
-"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL and Qwen3-VL prefills (5.23)
-whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and
-the text length all dynamic.
+"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL and Qwen3-VL prefills (5.23),
+and Qwen2-VL's on 4.57 (its ``*_4x`` rows), whose images are packed into one patch sequence, exported with the
+number of images, their sizes, the batch and the text length all dynamic.
 
-Upstream reads image_grid_thw and mm_token_type_ids in Python four times (vision positions, per-frame attention
+Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
 chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
-per image, Qwen3-VL pads a tensor sized by the image count). Each row is needed (the export fails with any one left out); with all of them the program matches
-eager on batches with other images, grids and lengths, in both export modes, and eager is unchanged."""
+per image, Qwen3-VL pads a tensor sized by the image count, 4.57 checks the placeholder count in a Python if).
+Each row is needed (the export fails with any one left out); with all of them the program matches eager on
+batches with other images, grids and lengths, in both export modes, and eager is unchanged."""
 
 import random
 
@@ -17,18 +18,22 @@ from torch.export import Dim
 import autopatch
 from autopatch import registry
 from autopatch.patches import transformers_packed_vision as packed
-from conftest import run_py
-
-pytestmark = pytest.mark.requires("transformers>=5.13")
+from conftest import requires, run_py
 
 IMAGE, VIDEO, VISION_START = 120, 121, 122
 MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
-MODELS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+V5, V4 = requires("transformers>=5.13"), requires("transformers<5")
+#: 5.23's models, and 4.57's Qwen2-VL ("qwen2_vl_4x"), each run where its transformers is installed.
+MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+MODELS = [*(pytest.param(m, marks=V5) for m in MODELS_5), pytest.param("qwen2_vl_4x", marks=V4)]
 
 
 def _rows(model):
     """The rows a non-strict export of ``model`` needs."""
+    if model == "qwen2_vl_4x":
+        return tuple(f"transformers.vision.qwen2_vl_{row}_4x" for row in (
+            "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index"))
     rows = [f"transformers.vision.{model}_{row}"
             for row in ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")]
     if model == "qwen2_5_vl":
@@ -39,8 +44,8 @@ def _rows(model):
 
 
 def _strict_rows(model):
-    """What strict=True needs on top (Qwen2.5-VL: nothing; the export test shows it)."""
-    return () if model == "qwen2_5_vl" else (f"transformers.vision.{model}_placeholder_check_packed",)
+    """What strict=True needs on top (Qwen2.5-VL and 4.57: nothing; the export test shows it)."""
+    return () if model in ("qwen2_5_vl", "qwen2_vl_4x") else (f"transformers.vision.{model}_placeholder_check_packed",)
 
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -52,7 +57,12 @@ def _build(model="qwen2_vl"):
     tower = {"depth": 2, "num_heads": 4, "patch_size": 4, "spatial_merge_size": MERGE, "temporal_patch_size": 2,
              "in_channels": 3}
     rope = {"rope_type": "default", "mrope_section": [2, 2, 4], "rope_theta": 10000.0}
-    if model == "qwen2_vl":
+    if model == "qwen2_vl_4x":  # 4.57: the text settings at the top level, mrope in rope_scaling
+        config = transformers.Qwen2VLConfig(
+            vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2}, **TEXT, **TOKENS,
+            rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]})
+        cls = transformers.Qwen2VLForConditionalGeneration
+    elif model == "qwen2_vl":
         config = transformers.Qwen2VLConfig(
             vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
             text_config={**TEXT, "rope_parameters": rope}, **TOKENS, bos_token_id=0, eos_token_id=1, pad_token_id=0)
@@ -74,15 +84,16 @@ def _build(model="qwen2_vl"):
 
 
 def _prefill(grids, text_len, seed):
-    """One image per sample (grid (frames, rows, columns) in patches) after a first text token, then the text;
-    shorter samples are left-padded (attention mask 0)."""
+    """One image per sample (grid (frames, rows, columns) in patches) after a first text token and the
+    vision-start token (4.x finds images by it), then the text; shorter samples are left-padded (attention
+    mask 0)."""
     g = torch.Generator().manual_seed(seed)
     ids, kinds, pixels = [], [], []
     for frames, rows, columns in grids:
         tokens = frames * rows * columns // MERGE**2
         text = torch.randint(2, 100, (text_len,), generator=g)
-        ids.append(torch.cat([text[:1], torch.full((tokens,), IMAGE), text[1:]]))
-        kinds.append(torch.cat([torch.zeros(1), torch.ones(tokens), torch.zeros(text_len - 1)]).int())
+        ids.append(torch.cat([text[:1], torch.tensor([VISION_START]), torch.full((tokens,), IMAGE), text[1:]]))
+        kinds.append(torch.cat([torch.zeros(2), torch.ones(tokens), torch.zeros(text_len - 1)]).int())
         pixels.append(torch.randn(frames * rows * columns, PATCH_DIM, generator=g))
     longest = max(len(i) for i in ids)
 
@@ -105,9 +116,15 @@ SHAPES = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ},
           "image_grid_thw": {0: Dim("images")}}
 
 
-def _export(model, strict=False):
+def _for(model, inputs):
+    """4.57 has no mm_token_type_ids (it finds images by their tokens)."""
+    return {k: v for k, v in inputs.items() if not (model == "qwen2_vl_4x" and k == "mm_token_type_ids")}
+
+
+def _export(module, model, strict=False):
     with torch.no_grad():
-        return torch.export.export(model, (), kwargs=TRACED, dynamic_shapes=SHAPES, strict=strict)
+        return torch.export.export(module, (), kwargs=_for(model, TRACED), dynamic_shapes=_for(model, SHAPES),
+                                   strict=strict)
 
 
 def _with(make_agent, ids):
@@ -115,21 +132,22 @@ def _with(make_agent, ids):
     return make_agent([s for s in registry.PATCHES if s.family == "pytree" or s.id in ids])
 
 
-@pytest.mark.parametrize("model, left_out", [(m, row) for m in MODELS for row in _rows(m)],
-                         ids=lambda v: v.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("model, left_out", [
+    pytest.param(p.values[0], row, marks=p.marks, id=f"{p.values[0]}-{row.rsplit('.', 1)[1]}")
+    for p in MODELS for row in _rows(p.values[0])])
 def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
     module = _build(model)
     _with(make_agent, set(_rows(model)) - {left_out})
     with pytest.raises(Exception, match="data-dependent|specialized it to be a constant"):
-        _export(module)
+        _export(module, model)
 
 
-@pytest.mark.parametrize("model", ("qwen2_vl", "qwen3_vl"))
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in ("qwen2_vl", "qwen3_vl")])
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail."""
     module = _build(model)
     _with(make_agent, _rows(model))
-    program = _export(module, strict=True)
+    program = _export(module, model, strict=True)
     with torch.no_grad(), pytest.raises(Exception, match="Guard failed"):
         program.module()(**OTHERS[0])
 
@@ -140,13 +158,13 @@ def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, 
     rows = (*_rows(model), *_strict_rows(model))
     module = _build(model)
     _with(make_agent, rows)
-    program = _export(module, strict=strict)
+    program = _export(module, model, strict=strict)
     used = autopatch.last_export_report()["patches"]
     assert all(used.get(row, 0) >= 1 for row in rows), used
     for inputs in OTHERS:
         with torch.no_grad():
-            expected = module(**inputs).logits
-            got = program.module()(**inputs).logits
+            expected = module(**_for(model, inputs)).logits
+            got = program.module()(**_for(model, inputs)).logits
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
@@ -154,13 +172,15 @@ def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, 
 def test_eager_is_unchanged_with_the_rows_installed(make_agent, model):
     rows = (*_rows(model), *_strict_rows(model))
     module = _build(model)
+    inputs = _for(model, OTHERS[0])
     with torch.no_grad():
-        before = module(**OTHERS[0]).logits
+        before = module(**inputs).logits
     _with(make_agent, rows)
     with torch.no_grad():
-        assert torch.equal(module(**OTHERS[0]).logits, before)  # outside export: the originals
+        assert torch.equal(module(**inputs).logits, before)  # outside export: the originals
 
 
+@V5
 @pytest.mark.parametrize("include_temporal", [False, True])
 def test_patch_positions_equal_upstream(include_temporal):
     from transformers import vision_utils
@@ -171,7 +191,7 @@ def test_patch_positions_equal_upstream(include_temporal):
         assert torch.equal(packed.packed_position_ids(grids, merge, include_temporal), expected)
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in MODELS_5])
 def test_rope_index_equals_upstream_on_mixed_batches(model):
     """Random batches: text runs, images and videos (several per sample, in any order; Qwen3-VL's video frames
     separated by timestamp text, as its processor writes them), left padding, with and without an attention
@@ -224,6 +244,7 @@ def test_block_diagonal_mask_attends_within_segments():
     assert mask.shape == (1, 1, 7, 7)
 
 
+@V5
 def test_window_index_equals_upstream():
     from transformers import vision_utils
 
@@ -251,11 +272,45 @@ import test_transformers_packed_vision as t
 for name in [{model!r}]:
     model = t._build(name)
     with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=t.TRACED, dynamic_shapes=t.SHAPES)
+        program = torch.export.export(model, (), kwargs=t._for(name, t.TRACED),
+                                      dynamic_shapes=t._for(name, t.SHAPES))
         for inputs in t.OTHERS:
+            inputs = t._for(name, inputs)
             torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits,
                                        rtol=1e-4, atol=1e-4)
 print("OK")
 """
     result = run_py(code, timeout=600, EXPORT_PATCHES="1")
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+@V4
+def test_rope_index_4x_equals_upstream_on_mixed_batches():
+    """4.57's rules (the kinds read from placeholder ids after vision-start tokens, a group advancing past its
+    largest index, dropped tokens at 1): random batches of text, images and videos, with and without a mask."""
+    language = _build("qwen2_vl_4x").model
+    rng = random.Random(2)
+    for _ in range(60):
+        samples, grids = [], {1: [], 2: []}
+        for _ in range(rng.randint(1, 3)):
+            ids = [5] * rng.randint(1, 3)
+            for _ in range(rng.randint(0, 3)):
+                kind = rng.choice((1, 2))
+                grid = (rng.randint(1, 4), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
+                grids[kind].append(grid)
+                placeholder = IMAGE if kind == 1 else VIDEO
+                ids += [VISION_START] + [placeholder] * (grid[0] * grid[1] * grid[2] // MERGE**2)
+                ids += [5] * rng.randint(1, 3)
+            samples.append(ids)
+        length = max(len(ids) for ids in samples) + rng.randint(0, 2)
+        ids = torch.zeros(len(samples), length, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, sample in enumerate(samples):
+            ids[row, length - len(sample):] = torch.tensor(sample)
+            mask[row, length - len(sample):] = 1
+        image_grid, video_grid = (torch.tensor(grids[k]) if grids[k] else None for k in (1, 2))
+        for attention_mask in (mask, None):
+            expected = language.get_rope_index(ids, image_grid, video_grid, attention_mask)
+            got = packed.qwen2_vl_rope_index_4x(language, ids, image_grid, video_grid, attention_mask)
+            for e, g in zip(expected, got):
+                assert e.dtype == g.dtype and torch.equal(e, g)

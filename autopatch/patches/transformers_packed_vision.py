@@ -1,4 +1,5 @@
-"""Vision-language models that pack every image's patches into one sequence (Qwen2-VL's design, transformers 5.x).
+"""Vision-language models that pack every image's patches into one sequence (Qwen2-VL's design; transformers 5.23,
+and Qwen2-VL's 4.57 sources, whose pieces are named ``*_4x``).
 
 Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``image_grid_thw [images, 3]``, the
 (frames, rows, columns) of each image. Upstream derives everything else from the *values* of that grid, in Python:
@@ -103,6 +104,15 @@ def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, k
     return index, torch.unique_consecutive(bounds)
 
 
+def qwen2_vl_rot_pos_emb_4x(self, grid_thw):
+    """``Qwen2VisionTransformerPretrainedModel.rot_pos_emb`` (4.x): a loop over the images for the positions, and a
+    frequency table as long as the largest grid side (a length read from the data). The positions of
+    ``packed_position_ids``, times the frequencies: each entry is the table's ``position * inv_freq``."""
+    positions = packed_position_ids(grid_thw, self.spatial_merge_size)
+    inv_freq = self.rotary_pos_emb.inv_freq
+    return (positions.to(inv_freq.dtype)[..., None] * inv_freq).flatten(1)
+
+
 #: The chunked attention of the shared Qwen2-VL-style vision attention (one source, the fingerprint checks it).
 _CHUNKS = (
     "splits = [torch.split(tensor, lengths.tolist(), dim=2) for tensor in (query_states, key_states, value_states)]"
@@ -145,6 +155,16 @@ def packed_image_features(get_image_features):
     return substitute_expressions(get_image_features, {
         _SPLIT_SIZES: "pass",
         "torch.split(vision_outputs.pooler_output, split_sizes)": "(vision_outputs.pooler_output,)",
+    })
+
+
+def packed_image_features_4x(get_image_features):
+    """The same for 4.x ``Qwen2VLModel.get_image_features``, which returns the split tuple itself."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES: "pass",
+        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
     })
 
 
@@ -191,6 +211,27 @@ def packed_placeholder_check(get_placeholder_mask):
     return substitute_expressions(get_placeholder_mask, lazy)
 
 
+def placeholder_check_4x(get_placeholder_mask):
+    """A rewriter for 4.x ``Qwen2VLModel.get_placeholder_mask``: it compares ``inputs_embeds[mask].numel()`` (a
+    data-dependent size) with the features' in a Python ``if`` and raises. Rewritten from the source: the same
+    condition as ``torch._check_tensor_all`` on the token count, a runtime assertion in the program (as 5.x)."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    checks = {}
+    for kind, noun in (("image", "Image"), ("video", "Videos")):
+        mask, count, features = f"special_{kind}_mask", f"n_{kind}_tokens", f"{kind}_features"
+        checks[
+            f"if {features} is not None and inputs_embeds[{mask}].numel() != {features}.numel():\n"
+            f"    raise ValueError(f'{noun} features and {kind} tokens do not match: tokens: {{{count}}}, "
+            f"features {{{features}.shape[0]}}')"
+        ] = (
+            f"if {features} is not None:\n"
+            f"    torch._check_tensor_all({count} * inputs_embeds.shape[-1] == {features}.numel(), "
+            f"lambda: '{noun} features and {kind} tokens do not match')"
+        )
+    return substitute_expressions(get_placeholder_mask, checks)
+
+
 def _latest(flags, values):
     """Per position, ``values`` at the latest position at or before it (same row) where ``flags`` holds; -1 if none."""
     return torch.where(flags, values, torch.full_like(values, -1)).cummax(dim=1).values
@@ -213,8 +254,17 @@ def qwen2_5_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=Non
     return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask, interval)
 
 
+def qwen2_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):
+    """``Qwen2VLModel.get_rope_index`` (4.x) for every token at once: the 4.x rules of ``_rope_index``, the kinds
+    of tokens read from the image and video placeholder ids (each run follows a vision-start token, as the
+    processor writes them)."""
+    config = self.config
+    kinds = (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
+    return _rope_index(self, input_ids, kinds, image_grid_thw, video_grid_thw, attention_mask, v4=True)
+
+
 def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
-                video_interval=None):
+                video_interval=None, v4=False):
     """Qwen2-VL-style ``get_rope_index`` for every token at once. Returns the same ``position_ids
     [3, batch, seq]`` and ``mrope_position_deltas [batch, 1]``.
 
@@ -222,7 +272,9 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     2 video) are groups; a text token takes the running position on all three axes and advances it by one; an
     image or video group takes the next grid of its kind (in order over the batch), places its tokens at the
     running position plus their (frame, row, column) in the merged grid, and advances the position by
-    ``max(rows, columns) // merge``. Tokens the mask drops get 0. As upstream, one group is one image or video."""
+    ``max(rows, columns) // merge``. Tokens the mask drops get 0. As upstream, one group is one image or video.
+    4.x (``v4``): a group advances the position past its largest index, ``max(frames, rows, columns)``; dropped
+    tokens get 1; the deltas count every position of the row, dropped ones included."""
     merge = self.config.vision_config.spatial_merge_size
     batch, length = input_ids.shape
     device = input_ids.device
@@ -247,6 +299,8 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     text, vision = kept & (kinds == 0), kept & (kinds != 0)
     rows, columns = (grids[..., 1] // merge).clamp(min=1), (grids[..., 2] // merge).clamp(min=1)
     group_advance = torch.maximum(grids[..., 1], grids[..., 2]) // merge
+    if v4:
+        group_advance = torch.maximum(group_advance, grids[..., 0])
     advance = torch.where(text, 1, torch.where(opens & vision, group_advance, 0))
     before = advance.cumsum(dim=1) - advance  # the running position when the token is reached
     group_start = before - torch.where(opens, 0, group_advance)
@@ -256,9 +310,12 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     if interval is not None:  # as upstream: arange(frames) * interval, truncated
         frame = (frame * interval).long()
     vision_ids = group_start + torch.stack([frame, (offset // columns) % rows, offset % columns])
-    position_ids = torch.where(vision, vision_ids, torch.where(text, before, 0)).to(input_ids.dtype)
-    largest = position_ids.amax(dim=(0, 2))  # dropped tokens hold 0, never above a kept one
-    deltas = (largest + 1 - kept.sum(dim=1)).unsqueeze(1)
+    dropped = 1 if v4 else 0
+    position_ids = torch.where(vision, vision_ids, torch.where(text, before, dropped)).to(input_ids.dtype)
+    # 4.x without any grid takes another branch upstream, whose maximum counts the dropped tokens' 1 too.
+    text_only_4x = v4 and image_grid_thw is None and video_grid_thw is None
+    largest = (position_ids if text_only_4x else position_ids.masked_fill(~kept, 0)).amax(dim=(0, 2))
+    deltas = (largest + 1 - (length if v4 else kept.sum(dim=1))).unsqueeze(1)
     return position_ids, deltas
 
 
