@@ -20,6 +20,6 @@ done <<'RUNS'
 .venv-tf448|4.48.3|tests/test_legacy_caches.py
 .venv-tf452|4.52.4|tests/test_legacy_caches.py
 .venv-tf455|4.55.4|tests/test_legacy_caches.py
-.venv-tf512|5.12.1|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_ssm.py tests/test_transformers_vision.py -k 'test_dynamic_cache or state_space or rope or ssm or vision'
+.venv-tf512|5.12.1|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_ssm.py tests/test_transformers_vision.py -k 'test_dynamic_cache or state_space or hybrid_decode or rope or ssm or vision'
 RUNS
 exit $status
