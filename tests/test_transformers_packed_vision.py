@@ -191,37 +191,45 @@ def test_patch_positions_equal_upstream(include_temporal):
         assert torch.equal(packed.packed_position_ids(grids, merge, include_temporal), expected)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in MODELS_5])
-def test_rope_index_equals_upstream_on_mixed_batches(model):
-    """Random batches: text runs, images and videos (several per sample, in any order; Qwen3-VL's video frames
-    separated by timestamp text, as its processor writes them), left padding, with and without an attention
-    mask."""
-    replacement = getattr(packed, f"{model}_rope_index")
-    language = _build(model).model
-    rng = random.Random(0)
-    for _ in range(60):
+def _random_batches(model, seed, count=60):
+    """Random batches for the rope-index tests: text runs, images and videos (several per sample, in any order,
+    each after a vision-start token; Qwen3-VL's video frames separated by timestamp text, as its processor
+    writes them), left padding. Yields (ids, kinds, mask, image_grid or None, video_grid or None, grids by kind).
+    """
+    rng = random.Random(seed)
+    for _ in range(count):
         samples, grids = [], {1: [], 2: []}
         for _ in range(rng.randint(1, 3)):
-            kinds = [0] * rng.randint(1, 3)
+            tokens = [5] * rng.randint(1, 3)
             for _ in range(rng.randint(0, 3)):
                 kind = rng.choice((1, 2))
-                grid = (rng.randint(1, 3), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
+                grid = (rng.randint(1, 4), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
                 grids[kind].append(grid)
-                frame = grid[1] * grid[2] // MERGE**2
+                placeholder, frame = (IMAGE if kind == 1 else VIDEO), grid[1] * grid[2] // MERGE**2
+                tokens.append(VISION_START)
                 if kind == 2 and model == "qwen3_vl":  # a timestamp (text) before every frame but the first
-                    kinds += [kind] * frame + ([0] * rng.randint(1, 2) + [kind] * frame) * (grid[0] - 1)
+                    tokens += [placeholder] * frame + ([5] * rng.randint(1, 2) + [placeholder] * frame) * (grid[0] - 1)
                 else:
-                    kinds += [kind] * (grid[0] * frame)
-                kinds += [0] * rng.randint(1, 3)
-            samples.append((rng.randint(0, 2), kinds))  # (left padding, token kinds)
-        length = max(pad + len(k) for pad, k in samples)
-        kinds = torch.zeros(len(samples), length, dtype=torch.int)
-        mask = torch.zeros(len(samples), length, dtype=torch.long)
-        for row, (pad, sample) in enumerate(samples):
-            kinds[row, length - len(sample):] = torch.tensor(sample)
-            mask[row, length - len(sample):] = 1
-        ids = torch.where(kinds == 1, IMAGE, torch.where(kinds == 2, VIDEO, 5))
-        image_grid, video_grid = (torch.tensor(grids[k]) if grids[k] else None for k in (1, 2))
+                    tokens += [placeholder] * (grid[0] * frame)
+                tokens += [5] * rng.randint(1, 3)
+            samples.append(tokens)
+        length = max(len(tokens) for tokens in samples) + rng.randint(0, 2)
+        ids = torch.zeros(len(samples), length, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, tokens in enumerate(samples):
+            ids[row, length - len(tokens):] = torch.tensor(tokens)
+            mask[row, length - len(tokens):] = 1
+        kinds = ((ids == IMAGE).int() + 2 * (ids == VIDEO).int())
+        yield ids, kinds, mask, *(torch.tensor(grids[k]) if grids[k] else None for k in (1, 2)), grids
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in MODELS_5])
+def test_rope_index_equals_upstream_on_mixed_batches(model):
+    """The replacement of each 5.23 model against its own get_rope_index, with and without an attention mask."""
+    replacement = getattr(packed, f"{model}_rope_index")
+    language = _build(model).model
+    rng = random.Random(1)
+    for ids, kinds, mask, image_grid, video_grid, grids in _random_batches(model, seed=0):
         extra = {}
         if model == "qwen2_5_vl" and video_grid is not None and rng.random() < 0.7:  # else 1 s per grid
             extra["second_per_grid_ts"] = torch.tensor([rng.choice((0.5, 1.0, 1.3)) for _ in grids[2]])
@@ -287,28 +295,9 @@ print("OK")
 @V4
 def test_rope_index_4x_equals_upstream_on_mixed_batches():
     """4.57's rules (the kinds read from placeholder ids after vision-start tokens, a group advancing past its
-    largest index, dropped tokens at 1): random batches of text, images and videos, with and without a mask."""
+    largest index, dropped tokens at 1), with and without an attention mask."""
     language = _build("qwen2_vl_4x").model
-    rng = random.Random(2)
-    for _ in range(60):
-        samples, grids = [], {1: [], 2: []}
-        for _ in range(rng.randint(1, 3)):
-            ids = [5] * rng.randint(1, 3)
-            for _ in range(rng.randint(0, 3)):
-                kind = rng.choice((1, 2))
-                grid = (rng.randint(1, 4), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
-                grids[kind].append(grid)
-                placeholder = IMAGE if kind == 1 else VIDEO
-                ids += [VISION_START] + [placeholder] * (grid[0] * grid[1] * grid[2] // MERGE**2)
-                ids += [5] * rng.randint(1, 3)
-            samples.append(ids)
-        length = max(len(ids) for ids in samples) + rng.randint(0, 2)
-        ids = torch.zeros(len(samples), length, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, sample in enumerate(samples):
-            ids[row, length - len(sample):] = torch.tensor(sample)
-            mask[row, length - len(sample):] = 1
-        image_grid, video_grid = (torch.tensor(grids[k]) if grids[k] else None for k in (1, 2))
+    for ids, _, mask, image_grid, video_grid, _ in _random_batches("qwen2_vl_4x", seed=2):
         for attention_mask in (mask, None):
             expected = language.get_rope_index(ids, image_grid, video_grid, attention_mask)
             got = packed.qwen2_vl_rope_index_4x(language, ids, image_grid, video_grid, attention_mask)
