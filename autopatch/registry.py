@@ -117,6 +117,19 @@ PLACEHOLDER_CHECK_STRICT = ("qwen2_vl", "qwen3_vl")
 #: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
 PACKED_VISION_REQUIRES = (("transformers", ">=5.13"), ("torch", ">=2.6"))
 
+#: The same models in 4.57's sources (the ``*_4x`` rows): each module has its own copies, mostly of one source.
+#: Columns: model, vision tower class, vision attention class, model class, and the fingerprints of the tower's
+#: rot_pos_emb, the attention's forward, get_image_features, get_placeholder_mask, get_rope_index.
+PACKED_VISION_MODELS_4X = (
+    ("qwen2_vl", "Qwen2VisionTransformerPretrainedModel", "VisionAttention", "Qwen2VLModel",
+     ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "a52f6da348cc")),
+    ("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel", "Qwen2_5_VLVisionAttention", "Qwen2_5_VLModel",
+     ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "4df9dd73ae33")),
+    ("qwen3_vl", "Qwen3VLVisionModel", "Qwen3VLVisionAttention", "Qwen3VLModel",
+     ("bde0eb1ec127", "e272c1758c19", "9e199b02c42f", "b6431acf2fe5", "fba6bcaef532")),
+)
+PACKED_VISION_REQUIRES_4X = (("transformers", ">=4.56,<5"), ("torch", ">=2.6"))
+
 #: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
 LEGACY_CACHES = (
     ("dynamic_cache", "DynamicCache", "as an export input or output. 4.48-4.49: not a pytree node; 4.50-4.53 "
@@ -869,36 +882,61 @@ PATCHES = (
         for model, _, owner, *_ in PACKED_VISION_MODELS
         if model in PLACEHOLDER_CHECK_STRICT
     ),
-    # 4.x Qwen2-VL: the same five problems in 4.57's sources (the rope index by other rules, see its replacement).
+    # 4.57's Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the same problems in 4.x sources (the rope index by 4.x's rules).
     *(
         PatchSpec(
-            id=f"transformers.vision.qwen2_vl_{name}_4x",
+            id=f"transformers.vision.{model}_{name}_4x",
             family="transformers",
-            trigger="transformers.models.qwen2_vl.modeling_qwen2_vl",
+            trigger=f"transformers.models.{model}.modeling_{model}",
             target=target,
             mode=mode,
             replacement=f"autopatch.patches.transformers_packed_vision:{replacement}",
-            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+            requires=PACKED_VISION_REQUIRES_4X,
             fingerprints=(fingerprint,),
             reason=reason,
         )
+        for model, tower, attention, owner, fingerprints in PACKED_VISION_MODELS_4X
         for name, target, mode, replacement, fingerprint, reason in (
-            ("rot_pos_emb", "Qwen2VisionTransformerPretrainedModel.rot_pos_emb", "route", "qwen2_vl_rot_pos_emb_4x",
-             "7290f8a51f13", "Loops over the images for the rotary positions and builds a frequency table as long "
-             "as the largest grid side (read from the data). The loop-free positions times the frequencies."),
-            ("attention_packed", "VisionAttention.forward", "rewrite", "packed_attention_one_call", "e272c1758c19",
+            ("rot_pos_emb", f"{tower}.rot_pos_emb", "route", "rot_pos_emb_4x", fingerprints[0],
+             "Loops over the images for the rotary positions and builds a frequency table as long as the largest "
+             "grid side (read from the data). The loop-free positions times the frequencies."),
+            ("attention_packed", f"{attention}.forward", "rewrite", "packed_attention_one_call", fingerprints[1],
              "Splits q/k/v per frame with lengths.tolist() (guard Eq(u0, 0)). Rewritten from the source: one "
              "attention call with a block-diagonal mask."),
-            ("image_features_packed", "Qwen2VLModel.get_image_features", "rewrite", "packed_image_features_4x",
-             "03ab8c6986fe", "Splits the features per image with .tolist() sizes, which fixes the number of "
+            ("image_features_packed", f"{owner}.get_image_features", "rewrite", "packed_image_features_4x",
+             fingerprints[2], "Splits the features per image with .tolist() sizes, which fixes the number of "
              "images. Rewritten from the source: one element, which the caller concatenates to the same tensor."),
-            ("placeholder_check", "Qwen2VLModel.get_placeholder_mask", "rewrite", "placeholder_check_4x",
-             "b6431acf2fe5", "Compares a data-dependent size with the features in a Python if (guard Ne(u0, ...)). "
+            ("placeholder_check", f"{owner}.get_placeholder_mask", "rewrite", "placeholder_check_4x",
+             fingerprints[3], "Compares a data-dependent size with the features in a Python if (guard Ne(u0, ...)). "
              "Rewritten from the source: a torch._check_tensor_all, a runtime assertion."),
-            ("rope_index", "Qwen2VLModel.get_rope_index", "route", "qwen2_vl_rope_index_4x", "a52f6da348cc",
+            ("rope_index", f"{owner}.get_rope_index", "route", f"{model}_rope_index_4x", fingerprints[4],
              "Walks each sample's vision-start tokens with .tolist() and .item() (guard Eq(u0, 0)). The same 3-axis "
              "positions and deltas for every token at once, by 4.x's rules."),
         )
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen2_5_vl_windows_packed_4x",
+        family="transformers",
+        trigger="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        target="Qwen2_5_VisionTransformerPretrainedModel.get_window_index",
+        mode="route",
+        replacement="autopatch.patches.transformers_packed_vision:qwen2_5_vl_window_index_4x",
+        requires=PACKED_VISION_REQUIRES_4X,
+        fingerprints=("d26b9bc4b7ae",),
+        reason="Lists each image's attention windows in a loop over the grid, with the window bounds as a Python "
+        "list of .tolist() values. The same order and bounds at once (as the 5.x row), the bounds as a tensor.",
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen3_vl_position_grid_4x",
+        family="transformers",
+        trigger="transformers.models.qwen3_vl.modeling_qwen3_vl",
+        target="Qwen3VLVisionModel.fast_pos_embed_interpolate",
+        mode="route",
+        replacement="autopatch.patches.transformers_packed_vision:qwen3_vl_position_grid_4x",
+        requires=PACKED_VISION_REQUIRES_4X,
+        fingerprints=("90702c2a169f",),
+        reason="Resamples the learned position grid per image in a loop that reads the sizes and collects the "
+        "taps and weights with .tolist(). The same four taps and weights for every patch at once.",
     ),
     PatchSpec(
         id="transformers.vision.qwen2_5_vl_windows_packed",

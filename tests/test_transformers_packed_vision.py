@@ -24,16 +24,19 @@ IMAGE, VIDEO, VISION_START = 120, 121, 122
 MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
 V5, V4 = requires("transformers>=5.13"), requires("transformers<5")
-#: 5.23's models, and 4.57's Qwen2-VL ("qwen2_vl_4x"), each run where its transformers is installed.
+#: 5.23's models, and 4.57's ("<model>_4x"), each run where its transformers is installed.
 MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-MODELS = [*(pytest.param(m, marks=V5) for m in MODELS_5), pytest.param("qwen2_vl_4x", marks=V4)]
+MODELS_4 = tuple(f"{m}_4x" for m in MODELS_5)
+MODELS = [*(pytest.param(m, marks=V5) for m in MODELS_5), *(pytest.param(m, marks=V4) for m in MODELS_4)]
 
 
 def _rows(model):
     """The rows a non-strict export of ``model`` needs."""
-    if model == "qwen2_vl_4x":
-        return tuple(f"transformers.vision.qwen2_vl_{row}_4x" for row in (
-            "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index"))
+    if model in MODELS_4:
+        name = model[:-3]
+        extra = {"qwen2_5_vl": ("windows_packed",), "qwen3_vl": ("position_grid",)}.get(name, ())
+        return tuple(f"transformers.vision.{name}_{row}_4x" for row in (
+            "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *extra))
     rows = [f"transformers.vision.{model}_{row}"
             for row in ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")]
     if model == "qwen2_5_vl":
@@ -45,7 +48,7 @@ def _rows(model):
 
 def _strict_rows(model):
     """What strict=True needs on top (Qwen2.5-VL and 4.57: nothing; the export test shows it)."""
-    return () if model in ("qwen2_5_vl", "qwen2_vl_4x") else (f"transformers.vision.{model}_placeholder_check_packed",)
+    return () if model == "qwen2_5_vl" or model in MODELS_4 else (f"transformers.vision.{model}_placeholder_check_packed",)
 
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -62,6 +65,21 @@ def _build(model="qwen2_vl"):
             vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2}, **TEXT, **TOKENS,
             rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]})
         cls = transformers.Qwen2VLForConditionalGeneration
+    elif model == "qwen2_5_vl_4x":
+        config = transformers.Qwen2_5_VLConfig(
+            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                           "window_size": 16, "fullatt_block_indexes": [1], "tokens_per_second": 2},
+            text_config={**TEXT, "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}},
+            **TOKENS)
+        cls = transformers.Qwen2_5_VLForConditionalGeneration
+    elif model == "qwen3_vl_4x":
+        config = transformers.Qwen3VLConfig(
+            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                           "num_position_embeddings": 16, "deepstack_visual_indexes": [0]},
+            text_config={**TEXT, "head_dim": 16, "rope_scaling": {"rope_type": "default", "mrope_interleaved": True,
+                                                                 "mrope_section": rope["mrope_section"]}},
+            **TOKENS)
+        cls = transformers.Qwen3VLForConditionalGeneration
     elif model == "qwen2_vl":
         config = transformers.Qwen2VLConfig(
             vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
@@ -118,7 +136,7 @@ SHAPES = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ},
 
 def _for(model, inputs):
     """4.57 has no mm_token_type_ids (it finds images by their tokens)."""
-    return {k: v for k, v in inputs.items() if not (model == "qwen2_vl_4x" and k == "mm_token_type_ids")}
+    return {k: v for k, v in inputs.items() if not (model in MODELS_4 and k == "mm_token_type_ids")}
 
 
 def _export(module, model, strict=False):
@@ -193,8 +211,8 @@ def test_patch_positions_equal_upstream(include_temporal):
 
 def _random_batches(model, seed, count=60):
     """Random batches for the rope-index tests: text runs, images and videos (several per sample, in any order,
-    each after a vision-start token; Qwen3-VL's video frames separated by timestamp text, as its processor
-    writes them), left padding. Yields (ids, kinds, mask, image_grid or None, video_grid or None, grids by kind).
+    each after a vision-start token; Qwen3-VL's video frames each after timestamp text and a vision-start token, as
+    its processor writes them), left padding. Yields (ids, kinds, mask, image_grid or None, video_grid or None, grids by kind).
     """
     rng = random.Random(seed)
     for _ in range(count):
@@ -207,8 +225,10 @@ def _random_batches(model, seed, count=60):
                 grids[kind].append(grid)
                 placeholder, frame = (IMAGE if kind == 1 else VIDEO), grid[1] * grid[2] // MERGE**2
                 tokens.append(VISION_START)
-                if kind == 2 and model == "qwen3_vl":  # a timestamp (text) before every frame but the first
-                    tokens += [placeholder] * frame + ([5] * rng.randint(1, 2) + [placeholder] * frame) * (grid[0] - 1)
+                if kind == 2 and model == "qwen3_vl":  # a timestamp and a vision start before every frame but the first
+                    tokens += [placeholder] * frame
+                    for _ in range(grid[0] - 1):
+                        tokens += [5] * rng.randint(1, 2) + [VISION_START] + [placeholder] * frame
                 else:
                     tokens += [placeholder] * (grid[0] * frame)
                 tokens += [5] * rng.randint(1, 3)
@@ -252,14 +272,19 @@ def test_block_diagonal_mask_attends_within_segments():
     assert mask.shape == (1, 1, 7, 7)
 
 
+def _random_grids(rng, count=100):
+    """Random image grids: 1 to 4 images of 1 to 3 frames, 1 to 9 merged tokens a side."""
+    for _ in range(count):
+        yield torch.tensor([(rng.randint(1, 3), MERGE * rng.randint(1, 9), MERGE * rng.randint(1, 9))
+                            for _ in range(rng.randint(1, 4))])
+
+
 @V5
 def test_window_index_equals_upstream():
     from transformers import vision_utils
 
     rng = random.Random(1)
-    for _ in range(100):
-        grids = torch.tensor([(rng.randint(1, 3), MERGE * rng.randint(1, 9), MERGE * rng.randint(1, 9))
-                              for _ in range(rng.randint(1, 4))])
+    for grids in _random_grids(rng):
         window, patch = rng.choice(((16, 4), (24, 4), (32, 4), (112, 14)))
         expected = vision_utils.get_vision_window_index(grids, MERGE, window, patch)
         got = packed.packed_window_index(grids, MERGE, window, patch)
@@ -292,14 +317,50 @@ print("OK")
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
 
 
-@V4
-def test_rope_index_4x_equals_upstream_on_mixed_batches():
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in MODELS_4])
+def test_rope_index_4x_equals_upstream_on_mixed_batches(model):
     """4.57's rules (the kinds read from placeholder ids after vision-start tokens, a group advancing past its
-    largest index, dropped tokens at 1), with and without an attention mask."""
-    language = _build("qwen2_vl_4x").model
-    for ids, _, mask, image_grid, video_grid, _ in _random_batches("qwen2_vl_4x", seed=2):
+    largest index, dropped tokens at 1; Qwen2.5-VL's whole seconds per grid, images' frames at one time), with and
+    without an attention mask."""
+    name = model[:-3]
+    replacement = getattr(packed, f"{name}_rope_index_4x")
+    language = _build(model).model
+    rng = random.Random(3)
+    for ids, _, mask, image_grid, video_grid, grids in _random_batches(name, seed=2):
+        extra = {}
+        if name == "qwen2_5_vl" and video_grid is not None and rng.random() < 0.7:  # else 1 s per grid
+            extra["second_per_grid_ts"] = torch.tensor([rng.choice((0.5, 1.0, 1.3, 2.0)) for _ in grids[2]])
         for attention_mask in (mask, None):
-            expected = language.get_rope_index(ids, image_grid, video_grid, attention_mask)
-            got = packed.qwen2_vl_rope_index_4x(language, ids, image_grid, video_grid, attention_mask)
+            expected = language.get_rope_index(ids, image_grid, video_grid, attention_mask=attention_mask, **extra)
+            got = replacement(language, ids, image_grid, video_grid, attention_mask=attention_mask, **extra)
             for e, g in zip(expected, got):
                 assert e.dtype == g.dtype and torch.equal(e, g)
+
+
+@V4
+def test_window_index_4x_equals_upstream():
+    tower = _build("qwen2_5_vl_4x").model.visual
+    for grids in _random_grids(random.Random(4)):
+        index, bounds = tower.get_window_index(grids)
+        got_index, got_bounds = packed.qwen2_5_vl_window_index_4x(tower, grids)
+        assert torch.equal(got_index, index)
+        assert got_bounds.tolist() == torch.tensor(bounds).unique_consecutive().tolist()  # as the caller uses them
+
+
+@V4
+def test_position_grid_4x_equals_upstream():
+    """Qwen3-VL's learned positions resampled per image: the same taps (linspace computed as torch does) and
+    weights, so the same embeddings, for grids of 1 to 18 patches a side on a 4x4 table."""
+    tower = _build("qwen3_vl_4x").model.visual
+    with torch.no_grad():
+        for grids in _random_grids(random.Random(5)):
+            expected = tower.fast_pos_embed_interpolate(grids)
+            torch.testing.assert_close(packed.qwen3_vl_position_grid_4x(tower, grids), expected, rtol=0, atol=1e-6)
+
+
+@V4
+@pytest.mark.parametrize("model", MODELS_4)
+def test_rot_pos_emb_4x_equals_upstream(model):
+    tower = _build(model).model.visual
+    for grids in _random_grids(random.Random(6), count=30):
+        assert torch.equal(packed.rot_pos_emb_4x(tower, grids), tower.rot_pos_emb(grids))

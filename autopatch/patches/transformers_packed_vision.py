@@ -45,14 +45,10 @@ def _locate(counts):
     return group, item - (ends - counts)[group]
 
 
-def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kwargs=None):
-    """``transformers.vision_utils.get_vision_position_ids`` (5.23) without the loop over images.
-
-    Patches are laid out image after image, frame after frame; inside a frame, block-major over
-    ``merge x merge`` blocks (block row, block column, row in block, column in block). Decoding a patch's index
-    within its frame in that order gives its (row, column), and ``index // (rows * columns)`` its frame."""
-    if kwargs is not None and (given := kwargs.pop("position_ids", None)) is not None:
-        return given
+def _patch_layout(grid_thw, spatial_merge_size):
+    """Every patch's image, frame, row and column (in patches), for patches laid out image after image, frame
+    after frame and, inside a frame, block-major over ``merge x merge`` blocks (block row, block column, row in
+    block, column in block): decoding a patch's index within its frame in that order gives its (row, column)."""
     frames, rows, columns = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
     if isinstance(spatial_merge_size, int):
         merge = torch.full_like(rows, spatial_merge_size)
@@ -67,9 +63,16 @@ def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kw
     blocks_per_row = columns[image] // m
     row = (in_frame // (m * m * blocks_per_row)) * m + (in_frame // m) % m
     column = ((in_frame // (m * m)) % blocks_per_row) * m + in_frame % m
-    if include_temporal:
-        return torch.stack([in_image // frame_size[image], row, column], dim=-1)
-    return torch.stack([row, column], dim=-1)
+    return image, in_image // frame_size[image], row, column
+
+
+def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kwargs=None):
+    """``transformers.vision_utils.get_vision_position_ids`` (5.23) without the loop over images: the (row,
+    column) of every patch (and its frame first, with ``include_temporal``) from ``_patch_layout``."""
+    if kwargs is not None and (given := kwargs.pop("position_ids", None)) is not None:
+        return given
+    _, frame, row, column = _patch_layout(grid_thw, spatial_merge_size)
+    return torch.stack([frame, row, column] if include_temporal else [row, column], dim=-1)
 
 
 def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, kwargs=None):
@@ -104,13 +107,51 @@ def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, k
     return index, torch.unique_consecutive(bounds)
 
 
-def qwen2_vl_rot_pos_emb_4x(self, grid_thw):
-    """``Qwen2VisionTransformerPretrainedModel.rot_pos_emb`` (4.x): a loop over the images for the positions, and a
-    frequency table as long as the largest grid side (a length read from the data). The positions of
-    ``packed_position_ids``, times the frequencies: each entry is the table's ``position * inv_freq``."""
+def rot_pos_emb_4x(self, grid_thw):
+    """``rot_pos_emb`` of 4.x Qwen2-VL-style vision towers (Qwen2-VL and Qwen2.5-VL share one source, Qwen3-VL's
+    fills a preallocated table in its loop): a loop over the images for the positions, and a frequency table as
+    long as the largest grid side (a length read from the data). The positions of ``packed_position_ids``, times
+    the frequencies: each entry is the table's ``position * inv_freq``."""
     positions = packed_position_ids(grid_thw, self.spatial_merge_size)
     inv_freq = self.rotary_pos_emb.inv_freq
     return (positions.to(inv_freq.dtype)[..., None] * inv_freq).flatten(1)
+
+
+def qwen2_5_vl_window_index_4x(self, grid_thw):
+    """4.x ``Qwen2_5_VisionTransformerPretrainedModel.get_window_index``: the windows listed by a loop over the
+    images, their bounds as a Python list. ``packed_window_index``'s order and bounds (a tensor: the caller's
+    ``torch.tensor`` and ``unique_consecutive`` keep it as it is)."""
+    return packed_window_index(grid_thw, self.spatial_merge_size, self.window_size, self.patch_size)
+
+
+def _linspace_at(index, steps, end: float):
+    """``torch.linspace(0, end, steps)[index]`` for a tensor of ``steps``, the way torch computes it (float32:
+    the first half counts up from 0, the second half down from ``end``; one step is ``[0]``)."""
+    step = end / (steps - 1).clamp(min=1).to(torch.float32)
+    value = torch.where(index < steps // 2, index * step, end - step * (steps - 1 - index))
+    return torch.where(steps == 1, torch.zeros_like(value), value)
+
+
+def qwen3_vl_position_grid_4x(self, grid_thw):
+    """4.x ``Qwen3VLVisionModel.fast_pos_embed_interpolate``: resamples the learned ``side x side`` position grid
+    to each image bilinearly (``linspace`` corners-aligned sample points), in a loop over the images that reads
+    their sizes with ``.tolist()``. The same four taps and weights for every patch at once, from its image's
+    size and its (row, column), summed in upstream's order; patches come out in the tower's block-major order."""
+    side = self.num_grid_per_side
+    image, _, row, column = _patch_layout(grid_thw, self.config.spatial_merge_size)
+    taps, weights = [], []
+    for index, size in ((row, grid_thw[image, 1]), (column, grid_thw[image, 2])):
+        at = _linspace_at(index, size, float(side - 1))
+        low = at.int()
+        taps.append((low, (low + 1).clip(max=side - 1)))
+        weights.append((1 - (at - low), at - low))
+    embed = self.pos_embed
+    total = None
+    for h in (0, 1):
+        for w in (0, 1):
+            term = embed(taps[0][h] * side + taps[1][w]) * (weights[0][h] * weights[1][w]).to(embed.weight.dtype)[:, None]
+            total = term if total is None else total + term
+    return total
 
 
 #: The chunked attention of the shared Qwen2-VL-style vision attention (one source, the fingerprint checks it).
@@ -251,20 +292,50 @@ def qwen2_5_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=Non
     if video_grid_thw is not None and seconds is None:
         seconds = torch.ones(video_grid_thw.shape[0], device=input_ids.device, dtype=torch.long)
     interval = None if seconds is None else self.config.vision_config.tokens_per_second * seconds
-    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask, interval)
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
+                       intervals=(None, interval))
 
 
 def qwen2_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):
     """``Qwen2VLModel.get_rope_index`` (4.x) for every token at once: the 4.x rules of ``_rope_index``, the kinds
     of tokens read from the image and video placeholder ids (each run follows a vision-start token, as the
     processor writes them)."""
-    config = self.config
-    kinds = (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
-    return _rope_index(self, input_ids, kinds, image_grid_thw, video_grid_thw, attention_mask, v4=True)
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw, video_grid_thw,
+                       attention_mask, v4=True)
+
+
+def _kinds_4x(config, input_ids):
+    """4.x has no token-kind input: 1 for the image placeholder id, 2 for the video one, 0 for text."""
+    return (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
+
+
+def qwen2_5_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, second_per_grid_ts=None,
+                             attention_mask=None):
+    """4.x ``Qwen2_5_VLModel.get_rope_index``: Qwen2-VL's 4.x rules, with the time axis spaced by
+    ``second_per_grid_t * tokens_per_second``, where 4.x turns ``second_per_grid_t`` into an integer first (0.5 s
+    counts as 0) and takes 0 for images (all of an image's frames share one time) and 1 for videos without
+    ``second_per_grid_ts``."""
+    per_second = self.config.vision_config.tokens_per_second
+    intervals = [None, None]
+    if image_grid_thw is not None:
+        intervals[0] = torch.zeros_like(image_grid_thw[:, 0])
+    if video_grid_thw is not None:
+        seconds = (torch.ones_like(video_grid_thw[:, 0]) if second_per_grid_ts is None
+                   else second_per_grid_ts.to(device=video_grid_thw.device, dtype=torch.long))
+        intervals[1] = seconds * per_second
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw, video_grid_thw,
+                       attention_mask, intervals=tuple(intervals), v4=True)
+
+
+def qwen3_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):
+    """4.x ``Qwen3VLModel.get_rope_index``: Qwen2-VL's 4.x rules, with each video frame a group of its own (as
+    5.x, ``_one_frame_grids``)."""
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw,
+                       _one_frame_grids(video_grid_thw), attention_mask, v4=True)
 
 
 def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
-                video_interval=None, v4=False):
+                intervals=(None, None), v4=False):
     """Qwen2-VL-style ``get_rope_index`` for every token at once. Returns the same ``position_ids
     [3, batch, seq]`` and ``mrope_position_deltas [batch, 1]``.
 
@@ -273,8 +344,10 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     image or video group takes the next grid of its kind (in order over the batch), places its tokens at the
     running position plus their (frame, row, column) in the merged grid, and advances the position by
     ``max(rows, columns) // merge``. Tokens the mask drops get 0. As upstream, one group is one image or video.
-    4.x (``v4``): a group advances the position past its largest index, ``max(frames, rows, columns)``; dropped
-    tokens get 1; the deltas count every position of the row, dropped ones included."""
+    ``intervals`` (images', videos'): per grid, the time-axis spacing of its frames (None: 1); the time index is
+    ``int(frame * interval)``. 4.x (``v4``): a group advances the position past its largest index (the last
+    frame's time, rows, columns); dropped tokens get 1; the deltas count every position of the row, dropped ones
+    included."""
     merge = self.config.vision_config.spatial_merge_size
     batch, length = input_ids.shape
     device = input_ids.device
@@ -285,22 +358,25 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     previous = torch.where(column == 0, -1, _latest(kept, column).roll(1, dims=1))
     opens = kept & ((previous < 0) | (kinds.gather(1, previous.clamp(min=0)) != kinds))
     grids = torch.zeros(batch, length, 3, dtype=torch.long, device=device)
-    interval = None  # per token: the time-axis spacing of a video's frames (1 elsewhere)
-    for kind, grid_thw in ((1, image_grid_thw), (2, video_grid_thw)):
+    interval = None  # per token: the time-axis spacing of its frames (1 where no interval is given)
+    for kind, grid_thw, kind_interval in ((1, image_grid_thw, intervals[0]), (2, video_grid_thw, intervals[1])):
         if grid_thw is None:
             continue
         # The grid each token's group takes: groups of this kind counted in batch-major order.
         ordinal = ((opens & (kinds == kind)).flatten().cumsum(0).view(batch, length) - 1).clamp(min=0)
         of_kind = grid_thw.to(device=device, dtype=torch.long)[ordinal]
         grids = torch.where((kept & (kinds == kind))[..., None], of_kind, grids)
-        if kind == 2 and video_interval is not None:
-            spacing = video_interval.to(device)[ordinal]
-            interval = torch.where(kinds == kind, spacing, torch.ones_like(spacing))
+        if kind_interval is not None:
+            spacing = kind_interval.to(device)[ordinal]
+            interval = torch.where(kinds == kind, spacing, torch.ones_like(spacing) if interval is None else interval)
     text, vision = kept & (kinds == 0), kept & (kinds != 0)
     rows, columns = (grids[..., 1] // merge).clamp(min=1), (grids[..., 2] // merge).clamp(min=1)
     group_advance = torch.maximum(grids[..., 1], grids[..., 2]) // merge
-    if v4:
-        group_advance = torch.maximum(group_advance, grids[..., 0])
+    if v4:  # past the last frame's time too
+        last = grids[..., 0] - 1
+        if interval is not None:
+            last = (last * interval).long()
+        group_advance = torch.maximum(group_advance, last + 1)
     advance = torch.where(text, 1, torch.where(opens & vision, group_advance, 0))
     before = advance.cumsum(dim=1) - advance  # the running position when the token is reached
     group_start = before - torch.where(opens, 0, group_advance)
@@ -323,7 +399,13 @@ def qwen3_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None,
                         attention_mask=None, **kwargs):
     """``Qwen3VLModel.get_rope_index`` (5.23): Qwen2-VL's, except that timestamps separate a video's frames in
     the text, so each frame is a group of its own: the video grids are split into one-frame grids first."""
-    if video_grid_thw is not None:
-        video_grid_thw = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
-        video_grid_thw = torch.cat([torch.ones_like(video_grid_thw[:, :1]), video_grid_thw[:, 1:]], dim=1)
-    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, _one_frame_grids(video_grid_thw),
+                       attention_mask)
+
+
+def _one_frame_grids(video_grid_thw):
+    """Qwen3-VL's videos as one grid per frame (timestamps in the text separate the frames)."""
+    if video_grid_thw is None:
+        return None
+    frames = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
+    return torch.cat([torch.ones_like(frames[:, :1]), frames[:, 1:]], dim=1)
