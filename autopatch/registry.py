@@ -209,11 +209,10 @@ PATCHES = (
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
         # 4.57's other hybrid models (zamba2, lfm2, mamba2) register with the same codec but fail further in
-        # their own code (mixers branching on cache_position[0] with no structural term beside it);
-        # falcon_mamba's program fails in ExportedProgram.module() (a Parameter registered as a buffer): nothing
-        # could prove those rows.
+        # their own code (mixers branching on cache_position[0] with no structural term beside it): nothing
+        # could prove those rows. (falcon_mamba's program unlifts with torch.export.parameter_buffers.)
         # MambaCache moved out of cache_utils into modeling_mamba in 4.54 (pytree.legacy.mamba_cache before).
-        for model, cache_class, since in (("mamba", "MambaCache", "4.54"),
+        for model, cache_class, since in (("mamba", "MambaCache", "4.54"), ("falcon_mamba", "FalconMambaCache", "4.54"),
                                           ("qwen3_next", "Qwen3NextDynamicCache", "4.56"),
                                           ("jamba", "HybridMambaAttentionDynamicCache", "4.56"),
                                           *((row[0], row[1], "4.56") for row in HYBRID_MAMBA_4X))
@@ -388,6 +387,20 @@ PATCHES = (
         "L['kwargs']['past'] while the module's inputs are flat. Rewrites them to L['past']. Runs in ep.module(), "
         "after the export, so it is always on; it changes only guards that could not run.",
     ),
+    PatchSpec(
+        id="torch.export.parameter_buffers",
+        family="torch",
+        trigger="torch.export._unlift",
+        target="_unlift_exported_program_lifted_states",
+        mode="install",
+        replacement="autopatch.patches.torch_shapes:install_parameter_buffers",
+        requires=(("torch", ">=2.13"),),
+        reason="A non-persistent buffer whose value is an nn.Parameter (5.12 FalconMambaMixer's b_c_rms, dt_rms): "
+        "ep.module() fails with \"KeyError: attribute 'b_c_rms' already exists\": the constants loop setattrs it "
+        "(so it becomes a parameter), then the fix-up of non-persistent buffers registers it as a buffer. Unlifts "
+        "it detached (same storage) instead. Runs in ep.module(), after the export, so it is always on; it changes only "
+        "programs that would raise.",
+    ),
     # --- end of torch family ---
     # --- transformers family: RoPE and state-space scans (issue 5) ---
     PatchSpec(
@@ -441,9 +454,9 @@ PATCHES = (
             "refuses shorter sequences; with a cache a Python loop over the sequence, which fixes its length. "
             "Rewritten from the source: the loop's recurrence as a scan, the cache updates as written.",
         )
-        # FalconMamba's 5.12 mixer has the same code, but its program fails in ExportedProgram.module() ("attribute
-        # 'b_c_rms' already exists"), patched or not: nothing could prove a row for it.
-        for model, mixer, fingerprint in (("mamba", "MambaMixer", "647e86c140af"),)
+        # FalconMamba's 5.12 mixer has the same code; its program unlifts with torch.export.parameter_buffers.
+        for model, mixer, fingerprint in (("mamba", "MambaMixer", "647e86c140af"),
+                                          ("falcon_mamba", "FalconMambaMixer", "6fd5a458ef56"))
     ),
     PatchSpec(
         id="transformers.mamba.slow_forward",

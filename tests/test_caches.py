@@ -146,10 +146,13 @@ JAMBA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_lay
              num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=100, num_experts=1,
              mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)
 # 5.x keeps mamba states in DynamicCache's linear-attention layers (pytree.dynamic_cache); 4.57 has model-local
-# MambaCache (pytree.model_cache.mamba). Jamba's hybrid cache is a DynamicCache only on 5.x.
-SSM = [pytest.param("mamba", "pytree.dynamic_cache", marks=requires("transformers>=5")),
-       pytest.param("mamba", "pytree.model_cache.mamba", marks=requires("transformers<5")),
-       pytest.param("jamba", "pytree.dynamic_cache", marks=requires("transformers>=5"))]
+# MambaCache and FalconMambaCache (pytree.model_cache.<model>). Jamba's hybrid cache is a DynamicCache only on 5.x.
+SSM = [*(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers>=5"))
+         for name in ("mamba", "falcon_mamba", "jamba")),
+       *(pytest.param(name, f"pytree.model_cache.{name}", marks=requires("transformers<5"))
+         for name in ("mamba", "falcon_mamba"))]
+#: FalconMamba (4.57, 5.12) registers Parameters as non-persistent buffers: ep.module() needs this torch row.
+SSM_ALSO = "torch.export.parameter_buffers"
 
 
 def _ssm_inputs(model, batch, past, seed):
@@ -170,7 +173,9 @@ def _ssm_inputs(model, batch, past, seed):
 def test_state_space_decode_step_with_and_without_its_patch(pytree_patches, name, patch_id):
     config_cls, model_cls, kwargs = {
         "mamba": (transformers.MambaConfig, transformers.MambaForCausalLM, MAMBA),
+        "falcon_mamba": (transformers.FalconMambaConfig, transformers.FalconMambaForCausalLM, MAMBA),
         "jamba": (transformers.JambaConfig, transformers.JambaForCausalLM, JAMBA)}[name]
+    pytree_patches.enable(f"pytree,{SSM_ALSO}")
     torch.manual_seed(0)
     model = model_cls(config_cls(**kwargs)).eval()
     traced, other, run = (_ssm_inputs(model, b, p, s) for b, p, s in ((2, 5, 1), (3, 6, 2), (1, 7, 3)))
@@ -179,7 +184,7 @@ def test_state_space_decode_step_with_and_without_its_patch(pytree_patches, name
         program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
         torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits, model(**copy.deepcopy(run)).logits)
         assert pytree_patches.records[patch_id].hits > 0
-        pytree_patches.enable(f"pytree,-{patch_id}")
+        pytree_patches.enable(f"pytree,{SSM_ALSO},-{patch_id}")
         with pytest.raises(Exception, match="Cache"):
             torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
 

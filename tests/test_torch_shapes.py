@@ -316,6 +316,49 @@ def test_varkw_patch_changes_no_other_export(agent, strict):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# torch.export.parameter_buffers: ep.module() of a program whose non-persistent buffer holds an nn.Parameter
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class ParameterBuffer(torch.nn.Module):
+    """As transformers 5.12's FalconMambaMixer: an nn.Parameter registered as a non-persistent buffer, twice under
+    two names (aliases), and one the forward reads."""
+
+    def __init__(self):
+        super().__init__()
+        shared = torch.nn.Parameter(torch.arange(3.0), requires_grad=False)
+        self.register_buffer("unused", shared, persistent=False)
+        self.register_buffer("alias", shared, persistent=False)
+        self.register_buffer("scale", torch.nn.Parameter(torch.full((3,), 2.0), requires_grad=False),
+                             persistent=False)
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def _parameter_buffer_export():
+    return torch.export.export(ParameterBuffer(), (torch.randn(2, 3),), dynamic_shapes=({0: Dim("b")},))
+
+
+def test_parameter_buffer_program_fails_to_unlift_without_patch(agent):
+    with pytest.raises(KeyError, match="already exists"):
+        _parameter_buffer_export().module()
+
+
+def test_parameter_buffer_program_unlifts_with_patch(agent):
+    with patches("torch.export.parameter_buffers"):  # (it runs after the export: no export's hit to count)
+        program = _parameter_buffer_export()
+        module = program.module()
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(module(x), ParameterBuffer()(x))
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    assert {"unused", "alias", "scale"} <= set(buffers), buffers.keys()
+    assert buffers["unused"] is buffers["alias"]  # still one tensor, over the program's storage
+    assert buffers["unused"].data_ptr() == program.constants["unused"].data_ptr()
+    assert isinstance(program.constants["unused"], torch.nn.Parameter)  # the program itself is unchanged
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Eager unchanged, and a transformers decode step with the default torch patches
 # ---------------------------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ var-keyword inputs: ``get_range_constraints`` and ``convert_guards_code_to_fn`` 
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -471,6 +472,50 @@ def install_varkw_guards(owner, name, original):
 
     def undo() -> str:
         if getattr(owner, name) is not convert_guards_code_to_fn:
+            return f"could not restore {owner.__name__}.{name}: replaced on top of autopatch's wrapper"
+        setattr(owner, name, original)
+        return ""
+
+    return undo
+
+
+
+def install_parameter_buffers(owner, name, original):
+    """Installer for torch.export._unlift._unlift_exported_program_lifted_states, the body of ``ep.module()``.
+
+    A module may register an ``nn.Parameter`` as a non-persistent buffer (transformers 5.12 FalconMambaMixer:
+    ``register_buffer("b_c_rms", nn.Parameter(...), persistent=False)``); export keeps that Parameter in
+    ``ep.constants``. ``_create_stateful_graph_module`` then ``setattr``s every constant the graph module lacks
+    (the mixer never reads these buffers, so the graph has no get_attr for them): a Parameter so assigned becomes
+    a parameter, and the fix-up of non-persistent buffers that follows calls ``register_buffer`` on the same name:
+    "KeyError: attribute 'b_c_rms' already exists". The wrapper unlifts a shallow copy of the program whose
+    constants hold those values detached (plain tensors over the same storage, one per original tensor so
+    aliases stay aliases); the program itself and every other program are left as they are."""
+
+    @functools.wraps(original)
+    def unlift_exported_program_lifted_states(ep, *args, **kwargs):
+        constants = ep.constants
+        names = [
+            n for n in ep.graph_signature.non_persistent_buffers
+            if isinstance(constants.get(n), torch.nn.Parameter)
+        ]
+        if names:
+            detached = {}
+            constants = dict(constants)
+            for n in names:
+                value = constants[n]
+                constants[n] = detached.setdefault(id(value), value.detach())
+            ep = copy.copy(ep)
+            ep._constants = constants
+            scope.count_hit("torch.export.parameter_buffers")
+        return original(ep, *args, **kwargs)
+
+    unlift_exported_program_lifted_states.__autopatch_original__ = original
+    unlift_exported_program_lifted_states.__autopatch_id__ = "torch.export.parameter_buffers"
+    setattr(owner, name, unlift_exported_program_lifted_states)
+
+    def undo() -> str:
+        if getattr(owner, name) is not unlift_exported_program_lifted_states:
             return f"could not restore {owner.__name__}.{name}: replaced on top of autopatch's wrapper"
         setattr(owner, name, original)
         return ""
