@@ -65,8 +65,9 @@ FP16_CLAMP_LAYERS = (
     ("bigbird_pegasus", "BigBirdPegasusEncoderLayer"),
 )
 
-#: 4.x vision-language models and the class holding their get_placeholder_mask (Llava's source in each).
-#: Measured: mistral3 fails first in Pixtral's vision tower (data-dependent image sizes): not listed.
+#: Vision-language models and the class holding their get_placeholder_mask: on 4.x Llava's source in each, on
+#: 5.0-5.11 another source shared by all of them (each failed without its row on 4.57.6 and 5.3.0). Measured:
+#: mistral3 fails first in Pixtral's vision tower (data-dependent image sizes): not listed.
 PLACEHOLDER_MASK_MODELS = (
     ("llava", "LlavaModel"),
     ("gemma3", "Gemma3Model"),
@@ -90,9 +91,9 @@ HYBRID_MAMBA_4X = (
 )
 
 #: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
-#: where it is the same code, its rewriter).
+#: where it is the same code (Idefics2 on 5.3.0 too, which also passes return_dict to the tower), its rewriter).
 IDEFICS_4X = (
-    ("idefics2", "Idefics2", ("b7dfd689b1da", "745d41d063c7"), "idefics_image_features_4x"),
+    ("idefics2", "Idefics2", ("b7dfd689b1da", "745d41d063c7", "a35cb0515be1"), "idefics_image_features_4x"),
     ("idefics3", "Idefics3", ("fd6b32bc0b14", "95f194c6ed61"), "idefics_image_features_4x"),
     ("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),  # 4.57 only (see SmolVLM 5.x below)
 )
@@ -701,7 +702,7 @@ PATCHES = (
         mode="rewrite",
         replacement="autopatch.patches.transformers_vision:llava_features_one_tensor",
         requires=(("transformers", ">=5,<5.13"),),
-        fingerprints=("1b73e50d4b12",),
+        fingerprints=("7bba1ad18caa", "1b73e50d4b12"),  # 5.3, 5.5-5.12: the decorators' order differs
         reason="The same list(image_features) in 5.3-5.12's LlavaModel.get_image_features, whose body is neither "
         "4.x's nor 5.23's: rewritten from its own source to the same one-element list.",
     ),
@@ -719,6 +720,23 @@ PATCHES = (
             reason=f"{owner}.get_placeholder_mask (4.x) checks the image token count against the features with a "
             "Python if on a data-dependent size (guard Ne(u0, <features>)); under export the same condition is a "
             "torch._check_tensor_all (a runtime assertion), as 5.x does.",
+        )
+        for model, owner in PLACEHOLDER_MASK_MODELS
+    ),
+    # 5.0-5.11: the same models share another get_placeholder_mask, whose check sizes a boolean selection.
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_mask_5_11",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_vision:placeholder_check_on_token_count",
+            requires=(("transformers", ">=5,<5.12"),),
+            fingerprints=("90d5ead58350",),
+            reason=f"{owner}.get_placeholder_mask (5.0-5.11) checks `inputs_embeds[mask].numel()` against the "
+            "features: torch solves the image batch from that selection's size in floating point and fails on the "
+            "rounded bound (`tgt_bound ... not a subset of src_bound`). Rewritten to 5.12's check on the token count.",
         )
         for model, owner in PLACEHOLDER_MASK_MODELS
     ),

@@ -1,7 +1,8 @@
 """transformers.vision.llava_*: a Llava prefill with pixel_values and a dynamic image batch.
 
 5.x: get_image_features' list(image_features) specialises the image batch. 4.x: the same, and
-get_placeholder_mask's Python comparison of a data-dependent size stops the export first. Fails without the
+get_placeholder_mask's Python comparison of a data-dependent size stops the export first. 5.0-5.11: the same, and
+get_placeholder_mask's check on the size of a boolean selection trips torch's bounds. Fails without the
 patches, exports with them and matches eager on other sizes, and eager is unchanged."""
 
 import pytest
@@ -14,19 +15,24 @@ from autopatch import registry
 from autopatch.agent import Agent
 
 TF4 = Version(transformers.__version__) < Version("5")
+#: transformers 5.0-5.11: get_placeholder_mask checks inputs_embeds[mask].numel() (the *_placeholder_mask_5_11 rows).
+SELECTION_CHECK = Version("5") <= Version(transformers.__version__) < Version("5.12")
+SELECTION_ERROR = "not a subset of src_bound"
 #: transformers 5.3-5.12: Idefics' get_image_features is still 4.57's (its 4.x row takes it), Llava's not yet 5.23's.
 EARLY_5 = Version("5") <= Version(transformers.__version__) < Version("5.13")
 FEATURES = "transformers.vision.llava_image_features_5_12" if EARLY_5 else "transformers.vision.llava_image_features"
-MASK = "transformers.vision.llava_placeholder_mask"
+MASK = "transformers.vision.llava_placeholder_mask" + ("_5_11" if SELECTION_CHECK else "")
 IMAGE_TOKEN = 127
 PATCHES_PER_IMAGE = 4  # image 16, patch 8, CLS dropped
 
-# What the export needs: 5.x only the image-features patch; 4.57.6 both (each alone still fails).
-NEEDED = (FEATURES, MASK) if TF4 else (FEATURES,)
+# What the export needs: 5.12 on only the image-features patch; 4.57.6 and 5.3.0 both (each alone still fails).
+NEEDED = (FEATURES, MASK) if TF4 or SELECTION_CHECK else (FEATURES,)
 if TF4:  # transformers 4.57.6
     WITHOUT = [((), "Could not guard on data-dependent expression"),
                ((FEATURES,), "Could not guard on data-dependent expression"),
                ((MASK,), "specialized it to be a constant")]
+elif SELECTION_CHECK:  # transformers 5.3.0
+    WITHOUT = [((), "Constraints violated"), ((FEATURES,), SELECTION_ERROR), ((MASK,), "Constraints violated")]
 else:  # transformers 5.23.0 and 5.12.1
     WITHOUT = [((), "specialized it to be a constant")]
 
@@ -123,17 +129,22 @@ def test_eager_is_unchanged_and_the_features_concatenate_the_same(agent):
         reference, replaced = reference.pooler_output, replaced.pooler_output
     assert len(reference) == 3 and len(replaced) == 1
     assert torch.equal(torch.cat(replaced, dim=0), torch.cat(reference, dim=0))
-    if TF4:
+    if TF4 or SELECTION_CHECK:
         embeds = llava.get_input_embeddings()(OTHER["input_ids"])
         features = torch.cat(reference, dim=0)
-        mask = transformers_vision.llava_placeholder_mask(llava, OTHER["input_ids"], embeds, features)
+        placeholder_mask = transformers_vision.llava_placeholder_mask
+        if SELECTION_CHECK:
+            placeholder_mask = transformers_vision.placeholder_check_on_token_count(type(llava).get_placeholder_mask)
+        mask = placeholder_mask(llava, OTHER["input_ids"], embeds, features)
         assert torch.equal(mask, llava.get_placeholder_mask(OTHER["input_ids"], embeds, features))
+        with pytest.raises(Exception, match="do not match"):  # the rewritten check still refuses a mismatch
+            placeholder_mask(llava, OTHER["input_ids"], embeds, features[1:])
 
 
 
 # Gemma3's VLM: SigLIP tower, 4 image tokens per image (16 px images, 4 px patches pooled to 2x2).
 GEMMA3_IMAGE = 299
-GEMMA3_MASK = "transformers.vision.gemma3_placeholder_mask"
+GEMMA3_MASK = "transformers.vision.gemma3_placeholder_mask" + ("_5_11" if SELECTION_CHECK else "")
 
 
 def _gemma3():
@@ -183,11 +194,11 @@ def _fails_without_then_exports(make_agent, export, patch_ids, error):
     return program
 
 
-@pytest.mark.requires("transformers<5")
-def test_gemma3_vlm_needs_the_placeholder_patch_on_4x(make_agent):
+@pytest.mark.requires("transformers<5.12")
+def test_gemma3_vlm_needs_the_placeholder_patch_before_5_12(make_agent):
     model = _gemma3()
-    program = _fails_without_then_exports(make_agent, lambda: _gemma3_export(model), {GEMMA3_MASK},
-                                          "Could not guard on data-dependent expression")
+    error = SELECTION_ERROR if SELECTION_CHECK else "Could not guard on data-dependent expression"
+    program = _fails_without_then_exports(make_agent, lambda: _gemma3_export(model), {GEMMA3_MASK}, error)
     _gemma3_runs_match(model, program)
     bad = _gemma3_prefill(2, 6, 5)
     bad["input_ids"][:, 1] = 0  # one placeholder less per image: the runtime check still refuses it
@@ -195,14 +206,14 @@ def test_gemma3_vlm_needs_the_placeholder_patch_on_4x(make_agent):
         program.module()(**bad)
 
 
-@pytest.mark.requires("transformers>=5")
-def test_gemma3_vlm_exports_with_the_cache_registration_alone_on_5x(make_agent):
+@pytest.mark.requires("transformers>=5.12")
+def test_gemma3_vlm_exports_with_the_cache_registration_alone_from_5_12(make_agent):
     model = _gemma3()
     make_agent([s for s in registry.PATCHES if s.family == "pytree"])
     _gemma3_runs_match(model, _gemma3_export(model))
 
 
-# --- 4.x VLMs that carry Llava's get_placeholder_mask (and Fuyu's image loop) ------------------------------------
+# --- VLMs that carry Llava's get_placeholder_mask (4.x; 5.0-5.11 its selection check) and Fuyu's image loop (4.x) --
 
 import vlm_zoo  # noqa: E402
 
@@ -219,14 +230,17 @@ def _vlm_export(name, model):
                                    dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
 
 
-@pytest.mark.requires("transformers<5")
+@pytest.mark.requires("transformers<5.12")
 @pytest.mark.parametrize("name", vlm_zoo.NAMES)
 def test_vlm_placeholder_mask_fails_without_and_matches_eager_with_it(make_agent, name):
     model = vlm_zoo.build(name)
-    needed = ("placeholder_mask", "image_features") if name == "fuyu" else ("placeholder_mask",)
+    if SELECTION_CHECK:
+        needed, error = ("placeholder_mask_5_11",), SELECTION_ERROR
+    else:
+        needed = ("placeholder_mask", "image_features") if name == "fuyu" else ("placeholder_mask",)
+        error = "Could not guard on data-dependent expression"
     program = _fails_without_then_exports(make_agent, lambda: _vlm_export(name, model),
-                                          {f"transformers.vision.{name}_{kind}" for kind in needed},
-                                          "Could not guard on data-dependent expression")
+                                          {f"transformers.vision.{name}_{kind}" for kind in needed}, error)
     for batch, text_len, seed in ((1, 3, 3), (4, 8, 4)):
         inputs = vlm_zoo.prefill(name, batch, text_len, seed)
         with torch.no_grad():

@@ -1,4 +1,5 @@
-"""Tiny 4.x vision-language models whose get_placeholder_mask is Llava's, and their prefill inputs.
+"""Tiny vision-language models whose get_placeholder_mask is Llava's (4.x; 5.0-5.11 another shared one), and their
+prefill inputs.
 
 One image per sample, IMAGE_TOKEN placeholders (IMAGES_TOKENS of them) after the first text token (PaliGemma: the
 image first). Every vision tower is sized so an image gives exactly IMAGE_TOKENS features.

@@ -152,6 +152,20 @@ def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
 
 
+def placeholder_check_on_token_count(get_placeholder_mask):
+    """A rewriter for the ``get_placeholder_mask`` of 5.0-5.11 (one source in Llava, Gemma3 and most VLMs built on
+    them). Its check ``inputs_embeds[special_image_mask].numel() == image_features.numel()`` sizes a boolean
+    selection: export names that size u0 and solves the image batch from it as u0 / (tokens * hidden) in floating
+    point, whose upper bound rounds past u0's own (torch 2.13: ``tgt_bound ... not a subset of src_bound``). The same
+    condition on the token count, as 5.12 writes it, needs no selection."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_placeholder_mask, {
+        "inputs_embeds[special_image_mask].numel() == image_features.numel()":
+        "n_image_tokens * inputs_embeds.shape[-1] == image_features.numel()",
+    })
+
+
 def fuyu_image_features(self, pixel_values, **kwargs):
     """FuyuModel.get_image_features (4.x) without its loop over the images: every image's patches embedded at
     once, as one list element of ``[images * patches, hidden]`` (what ``torch.cat`` of the per-image list gives)."""
