@@ -80,15 +80,19 @@ PLACEHOLDER_MASK_MODELS = (
     ("fuyu", "FuyuModel"),
 )
 
-#: 4.x hybrid mamba/attention models whose decode step exports with their cache row, the mask replacement and
-#: the mixer rewrite (falcon_h1: and its cache's update).
-#: (model, cache class, class with _update_mamba_mask, mixer class with torch_forward, fingerprint of that source).
+#: Hybrid mamba/attention models of 4.x and 5.0-5.4 (model-local caches until 5.5) whose decode step exports with
+#: their cache row, the mask replacement and the mixer rewrite (falcon_h1: and its cache's update).
+#: (model, cache class, class with _update_mamba_mask, mixer class with torch_forward, fingerprints of that source
+#: on 4.57.6 and 5.3.0).
 HYBRID_MAMBA_4X = (
-    ("bamba", "HybridMambaAttentionDynamicCache", "BambaModel", "BambaMixer", "a1f8754ec6b6"),
+    ("bamba", "HybridMambaAttentionDynamicCache", "BambaModel", "BambaMixer", ("a1f8754ec6b6", "9952e7d77950")),
     ("granitemoehybrid", "HybridMambaAttentionDynamicCache", "GraniteMoeHybridModel", "GraniteMoeHybridMambaLayer",
-     "a1f8754ec6b6"),
-    ("falcon_h1", "FalconHybridMambaAttentionDynamicCache", "FalconH1Model", "FalconH1Mixer", "04d321f63f14"),
+     ("a1f8754ec6b6", "9952e7d77950")),
+    ("falcon_h1", "FalconHybridMambaAttentionDynamicCache", "FalconH1Model", "FalconH1Mixer",
+     ("04d321f63f14", "da683ccbe8ef")),
 )
+#: Where those models keep model-local caches (4.x, and 5.x until DynamicCache took their states in 5.5).
+LOCAL_CACHES = ("transformers", ">=4.56,<5.5")
 
 #: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
 #: where it is the same code (Idefics2 on 5.3.0 too, which also passes return_dict to the tower), its rewriter).
@@ -204,8 +208,9 @@ PATCHES = (
             mode="install",
             # The installer names its hit counter pytree.model_cache.<model> from the module, as here.
             replacement="autopatch.patches.pytree_caches:register_attribute_cache",
-            requires=(("transformers", f">={since},<5"), ("torch", ">=2.6")),
-            reason=f"{cache_class}, the {model} cache of transformers 4.x (5.x keeps these states in DynamicCache), "
+            requires=(("transformers", f">={since},<5.5"), ("torch", ">=2.6")),
+            reason=f"{cache_class}, the {model} cache of transformers 4.x and 5.0-5.4 (5.5 on keep these states in "
+            "DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
@@ -450,14 +455,28 @@ PATCHES = (
             mode="rewrite",
             replacement="autopatch.patches.transformers_ssm:scan_instead_of_loop",
             requires=(("transformers", ">=5,<5.13"), ("torch", ">=2.6")),
-            fingerprints=(fingerprint,),
-            reason=f"5.12 {mixer} prefill: under tracing associative_scan, whose program fixes the batch and "
+            fingerprints=fingerprints,
+            reason=f"5.3-5.12 {mixer} prefill: under tracing associative_scan, whose program fixes the batch and "
             "refuses shorter sequences; with a cache a Python loop over the sequence, which fixes its length. "
             "Rewritten from the source: the loop's recurrence as a scan, the cache updates as written.",
         )
-        # FalconMamba's 5.12 mixer has the same code; its program unlifts with torch.export.parameter_buffers.
-        for model, mixer, fingerprint in (("mamba", "MambaMixer", "647e86c140af"),
-                                          ("falcon_mamba", "FalconMambaMixer", "6fd5a458ef56"))
+        # FalconMamba's mixer has the same code; its program unlifts with torch.export.parameter_buffers.
+        # Fingerprints: 5.3.0 (its model-local cache's updates), 5.5-5.12 (DynamicCache's).
+        for model, mixer, fingerprints in (("mamba", "MambaMixer", ("d3c6963850b0", "647e86c140af")),
+                                           ("falcon_mamba", "FalconMambaMixer", ("be878582269b", "6fd5a458ef56")))
+    ),
+    PatchSpec(
+        id="transformers.falcon_mamba.slow_forward_scan_4x",
+        family="transformers",
+        trigger="transformers.models.falcon_mamba.modeling_falcon_mamba",
+        target="FalconMambaMixer.slow_forward",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_ssm:loop_as_scan",
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        fingerprints=("48877ccaa466",),
+        reason="transformers 4.x: FalconMambaMixer.slow_forward loops over the sequence in Python, which fixes its "
+        "length. Rewritten from the source: the loop's recurrence as a scan (its program also needs "
+        "torch.export.parameter_buffers).",
     ),
     PatchSpec(
         id="transformers.mamba.slow_forward",
@@ -480,10 +499,12 @@ PATCHES = (
             target=f"{owner}._update_mamba_mask",
             mode="route",
             replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
-            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-            fingerprints=("7127cbd79e01",),  # one source, copied into each model
-            reason=f"{owner}._update_mamba_mask (4.x) is Qwen3-Next's linear-attention mask under another "
-            "name (guard Eq(u0, 1) in every decode step): the same replacement.",
+            requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+            # One source, copied into each model; 5.3's Jamba also tests cache_position for None (its forward
+            # always passes one).
+            fingerprints=("7127cbd79e01", "5885cfd0e3f4") if model == "jamba" else ("7127cbd79e01",),
+            reason=f"{owner}._update_mamba_mask (4.x, 5.0-5.4) is Qwen3-Next's linear-attention mask under "
+            "another name (guard Eq(u0, 1) in every decode step): the same replacement.",
         )
         for model, owner in (*((row[0], row[2]) for row in HYBRID_MAMBA_4X), ("jamba", "JambaModel"))
     ),
@@ -496,13 +517,13 @@ PATCHES = (
             target=f"{mixer}.torch_forward",
             mode="rewrite",
             replacement="autopatch.patches.transformers_ssm:assume_decode_position",
-            requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-            fingerprints=(mixer_fingerprint,),
-            reason=f"{mixer}.torch_forward (4.x) picks its decode path with `... and seq_len == 1 and "
+            requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+            fingerprints=mixer_fingerprints,
+            reason=f"{mixer}.torch_forward (4.x, 5.0-5.4) picks its decode path with `... and seq_len == 1 and "
             "cache_position[0] > 0`: the last term is a data-dependent guard. Rewritten from the source: once the "
             "structural terms hold it is assumed, and the program asserts it at run time.",
         )
-        for model, _, _, mixer, mixer_fingerprint in HYBRID_MAMBA_4X
+        for model, _, _, mixer, mixer_fingerprints in HYBRID_MAMBA_4X
     ),
     PatchSpec(
         id="transformers.jamba.causal_mask_length",
@@ -524,9 +545,9 @@ PATCHES = (
         target="FalconHybridMambaAttentionDynamicCache.update",
         mode="rewrite",
         replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-        fingerprints=("65abdfdf6e47",),
-        reason="FalconH1's 4.x cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: len() reads the "
+        requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+        fingerprints=("65abdfdf6e47", "745c19661b16"),  # 4.57, 5.3 (type hints only)
+        reason="FalconH1's 4.x and 5.0-5.4 cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: len() reads the "
         "batch as a plain int and fixes it to the traced size. Rewritten from the source to compare the first size.",
     ),
     PatchSpec(
@@ -536,9 +557,9 @@ PATCHES = (
         target="Qwen3NextModel._update_linear_attn_mask",
         mode="route",
         replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
-        fingerprints=("92e2bac7705f",),
-        reason="4.x Qwen3-Next drops its linear-attention mask with `if cache_position[0] > 0 or "
+        requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+        fingerprints=("92e2bac7705f",),  # 4.57 and 5.3
+        reason="4.x and 5.0-5.4 Qwen3-Next drops its linear-attention mask with `if cache_position[0] > 0 or "
         "torch.all(mask == 1)`: a data-dependent guard (Eq(u0, 1)) in every decode step. Under export the mask "
         "stays a tensor (ones where the original returns None; its consumer multiplies by it, so no bit changes).",
     ),

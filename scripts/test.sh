@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite on transformers 5.23 (latest) and 4.57.6 (last 4.x), each in its own venv; then, each in a venv
-# of its own, older versions: tests/test_legacy_caches.py on 4.48.3, 4.52.4 and 4.55.4; on 5.3.0 DynamicCache,
-# RoPE, MoE, generation and the VLMs (get_placeholder_mask's 5.0-5.11 check); on 5.12.1 DynamicCache with
-# one-tensor linear-attention layers, Mamba/Jamba decode, RoPE, Mamba prefill, VLMs.
+# of its own, older versions: tests/test_legacy_caches.py on 4.48.3, 4.52.4 and 4.55.4; on 5.3.0 the caches
+# (model-local state-space and hybrid caches, as 4.x), RoPE, MoE, generation, Mamba prefill and the VLMs
+# (get_placeholder_mask's 5.0-5.11 check); on 5.12.1 DynamicCache with one-tensor linear-attention layers,
+# Mamba/Jamba decode, RoPE, Mamba prefill, VLMs.
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ done <<'RUNS'
 .venv-tf448|4.48.3|tests/test_legacy_caches.py
 .venv-tf452|4.52.4|tests/test_legacy_caches.py
 .venv-tf455|4.55.4|tests/test_legacy_caches.py
-.venv-tf53|5.3.0|tests/test_dynamic_cache.py tests/test_transformers_rope.py tests/test_transformers_moe.py tests/test_transformers_generation.py tests/test_transformers_vision.py
+.venv-tf53|5.3.0|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_moe.py tests/test_transformers_generation.py tests/test_transformers_ssm.py tests/test_transformers_vision.py
 .venv-tf512|5.12.1|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_ssm.py tests/test_transformers_vision.py -k 'test_dynamic_cache or state_space or hybrid_decode or rope or ssm or vision'
 RUNS
 exit $status

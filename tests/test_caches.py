@@ -141,15 +141,18 @@ def test_guess_dynamic_shapes_marks_only_what_differs():
         autopatch.guess_dynamic_shapes(a, {**b, "extra": torch.ones(1)})
 
 
+#: 4.x and 5.0-5.4 keep state-space states in model-local caches (pytree.model_cache.<model>), stepped with a
+#: cache_position; 5.5 on in DynamicCache's linear-attention layers (pytree.dynamic_cache).
+LOCAL_CACHES = Version(transformers.__version__) < Version("5.5")
 MAMBA = dict(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, conv_kernel=4, expand=2)
 JAMBA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=100, num_experts=1,
              mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)
-# 5.x keeps mamba states in DynamicCache's linear-attention layers (pytree.dynamic_cache); 4.57 has model-local
-# MambaCache and FalconMambaCache (pytree.model_cache.<model>). Jamba's hybrid cache is a DynamicCache only on 5.x.
-SSM = [*(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers>=5"))
+# Model-local MambaCache and FalconMambaCache (4.57, 5.3), or DynamicCache (5.12, 5.23). Jamba's model-local cache
+# is a hybrid one: test_hybrid_decode_step.
+SSM = [*(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers>=5.5"))
          for name in ("mamba", "falcon_mamba", "jamba")),
-       *(pytest.param(name, f"pytree.model_cache.{name}", marks=requires("transformers<5"))
+       *(pytest.param(name, f"pytree.model_cache.{name}", marks=requires("transformers<5.5"))
          for name in ("mamba", "falcon_mamba"))]
 #: FalconMamba (4.57, 5.12) registers Parameters as non-persistent buffers: ep.module() needs this torch row.
 SSM_ALSO = "torch.export.parameter_buffers"
@@ -160,7 +163,7 @@ def _ssm_inputs(model, batch, past, seed):
     with torch.no_grad():
         out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), use_cache=True)
     inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g)}
-    if TRANSFORMERS_5:
+    if not LOCAL_CACHES:
         # Mamba's output names its cache cache_params, Jamba's past_key_values; both are a DynamicCache.
         cache = out.cache_params if hasattr(out, "cache_params") else out.past_key_values
         inputs["cache_params" if hasattr(out, "cache_params") else "past_key_values"] = cache
@@ -276,12 +279,15 @@ HYBRIDS = {  # config class, model class, extra config
     # Attention and mamba side by side in every layer.
     "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM", dict(mamba_d_ssm=64, **MAMBA2_MIXER)),
 }
-# What each 4.57 hybrid needs besides the pytree family (its cache row is pytree.model_cache.<model>).
-HYBRID_PATCHES_4X = {
+# What each hybrid with a model-local cache needs besides the pytree family (its cache row is
+# pytree.model_cache.<model>): on 4.57 and 5.3 the same rows, but 5.3's Jamba has neither the 4.x causal mask nor
+# the MoE loop.
+HYBRID_PATCHES_LOCAL = {
     "qwen3_next": ["transformers.qwen3_next.linear_attention_mask"],
     "bamba": ["transformers.bamba.mamba_mask", "transformers.bamba.decode_position"],
     "granitemoehybrid": ["transformers.granitemoehybrid.mamba_mask", "transformers.granitemoehybrid.decode_position"],
-    "jamba": ["transformers.jamba.mamba_mask", "transformers.jamba.causal_mask_length", "transformers.moe.jamba"],
+    "jamba": ["transformers.jamba.mamba_mask",
+              *(["transformers.jamba.causal_mask_length", "transformers.moe.jamba"] if not TRANSFORMERS_5 else [])],
     "falcon_h1": ["transformers.falcon_h1.mamba_mask", "transformers.falcon_h1.decode_position",
                   "transformers.falcon_h1.cache_update"],
 }
@@ -301,30 +307,30 @@ def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
         mask[0, :2] = 0
     prefill = {"input_ids": torch.randint(0, 64, (batch, past), generator=g), "attention_mask": mask, "use_cache": True}
     module = inspect.getmodule(type(model))
-    if not TRANSFORMERS_5 and hasattr(module, "FalconHybridMambaAttentionDynamicCache"):
+    if LOCAL_CACHES and hasattr(module, "FalconHybridMambaAttentionDynamicCache"):
         cache = module.FalconHybridMambaAttentionDynamicCache(model.config, batch, torch.float32, devices=["cpu"] * 2)
-    elif not TRANSFORMERS_5 and hasattr(module, "HybridMambaAttentionDynamicCache"):
+    elif LOCAL_CACHES and hasattr(module, "HybridMambaAttentionDynamicCache"):
         cache = module.HybridMambaAttentionDynamicCache(model.config, batch, torch.float32, "cpu")
     else:
         cache = None  # the model makes its own
-    if cache is not None:  # 4.x Bamba-style models use only a cache they are given
+    if cache is not None:  # Bamba-style models with a local cache use only a cache they are given
         prefill.update(past_key_values=cache, cache_position=torch.arange(past))
     with torch.no_grad():
         out = model(**prefill)
     inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g),
               "attention_mask": torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1),
               "past_key_values": out.past_key_values}
-    if not TRANSFORMERS_5:  # as generate() passes it (5.x forward has no such argument)
+    if LOCAL_CACHES:  # as generate() passes it (5.5's forward on has no such argument)
         inputs["cache_position"] = torch.arange(past, past + 1)
     return inputs
 
 
 @pytest.mark.parametrize("name, cache_patch", [
-    *(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers>=5")) for name in HYBRIDS),
-    *(pytest.param(name, f"pytree.model_cache.{name}", marks=requires("transformers<5")) for name in HYBRIDS)])
+    *(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers>=5.5")) for name in HYBRIDS),
+    *(pytest.param(name, f"pytree.model_cache.{name}", marks=requires("transformers<5.5")) for name in HYBRIDS)])
 def test_hybrid_decode_step(make_agent, name, cache_patch):
-    """Linear-attention or mamba2 layers next to full attention. 5.x keeps them in DynamicCache; 4.57 in the
-    model's own cache class, and needs the model's transformers rows too (its mask and, for Bamba-style mixers,
+    """Linear-attention or mamba2 layers next to full attention. 5.5 on keep them in DynamicCache; 4.57 and 5.3 in
+    the model's own cache class, and need the model's transformers rows too (its mask and, for Bamba-style mixers,
     the decode test). Each row is needed: without any one of them the same export fails."""
     model = _hybrid(name)
     traced, other = _hybrid_decode_inputs(model, 2, 5, 1), _hybrid_decode_inputs(model, 3, 6, 2)
@@ -333,7 +339,7 @@ def test_hybrid_decode_step(make_agent, name, cache_patch):
         with torch.no_grad():
             return torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
 
-    needed = {cache_patch, *([] if TRANSFORMERS_5 else HYBRID_PATCHES_4X[name])}
+    needed = {cache_patch, *(HYBRID_PATCHES_LOCAL[name] if LOCAL_CACHES else [])}
     pytree = [s for s in registry.PATCHES if s.family == "pytree" and s.id not in needed]
     own = make_agent(pytree + [s for s in registry.PATCHES if s.id in needed])
     shapes = autopatch.guess_dynamic_shapes(traced, other)  # the cache flattened as registered

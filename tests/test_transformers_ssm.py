@@ -15,15 +15,17 @@ TF5 = Version(transformers.__version__) >= Version("5")
 DYN = torch.export.Dim.DYNAMIC
 
 # (model, patch id): 5.23 patches the module function mamba_selective_scan (falcon_mamba has its own copy);
-# 5.12 rewrites MambaMixer.slow_forward (no such function there; FalconMamba's program also needs
-# torch.export.parameter_buffers in ep.module()); 4.57 patches MambaMixer.slow_forward.
+# 5.3 and 5.12 rewrite MambaMixer.slow_forward (no such function there; FalconMamba's program also needs
+# torch.export.parameter_buffers in ep.module()); 4.57 patches MambaMixer.slow_forward and rewrites
+# FalconMambaMixer.slow_forward.
 if Version(transformers.__version__) < Version("5.13") and TF5:
     CASES = [("mamba", "transformers.mamba.slow_forward_scan"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan")]
 elif TF5:
     CASES = [("mamba", "transformers.mamba.selective_scan"), ("falcon_mamba", "transformers.falcon_mamba.selective_scan")]
 else:
-    CASES = [("mamba", "transformers.mamba.slow_forward")]
+    CASES = [("mamba", "transformers.mamba.slow_forward"),
+             ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan_4x")]
 IDS = [c[1] for c in CASES] + ["torch.export.parameter_buffers"]
 
 

@@ -107,8 +107,8 @@ def mamba_slow_forward(original, self, input_states, cache_params=None, cache_po
 
 @calls_original
 def linear_attention_mask(original, self, attention_mask, cache_position):
-    """``_update_linear_attn_mask`` (4.x Qwen3-Next), alias ``_update_mamba_mask`` (4.x Bamba-style hybrids),
-    without its data-dependent ``if``.
+    """``_update_linear_attn_mask`` (4.x and 5.0-5.4 Qwen3-Next), alias ``_update_mamba_mask`` (their Bamba-style
+    hybrids and Jamba), without its data-dependent ``if``.
 
     The original returns None ("no need to zero padded states") in a decode step (``cache_position[0] > 0``) or
     when the mask is all ones, else the mask. Its only consumer multiplies hidden states by the mask when it has
@@ -125,7 +125,8 @@ def linear_attention_mask(original, self, attention_mask, cache_position):
 
 
 def assume_decode_position(torch_forward):
-    """A rewriter for the 4.x Bamba-style mixers' ``torch_forward`` (rewrite mode: it receives the original).
+    """A rewriter for the 4.x and 5.0-5.4 Bamba-style mixers' ``torch_forward`` (rewrite mode: it receives the
+    original).
 
     Their decode path is chosen by ``use_precomputed_states = (cache has previous state and seq_len == 1 and the
     state shapes match the batch and ... and cache_position[0] > 0)``. Everything but the last term is structure
@@ -140,23 +141,39 @@ def assume_decode_position(torch_forward):
     })
 
 
+#: The selective scan's loop over the sequence (the same statements in every Mamba-style mixer that has one) and
+#: the stack of its outputs: the recurrence as a scan instead.
+_LOOP_AS_SCAN = {
+    """for i in range(seq_len):
+    ssm_state = discrete_A[:, :, i, :] * ssm_state + deltaB_u[:, :, i, :]
+    scan_output = torch.matmul(ssm_state.to(dtype), C[:, i, :].unsqueeze(-1))
+    scan_outputs.append(scan_output[:, :, 0])""":
+    "scan_output, ssm_state = __autopatch_rt.linear_recurrence(discrete_A, deltaB_u, C, ssm_state, dtype)",
+    "scan_output = torch.stack(scan_outputs, dim=-1)": "pass",
+}
+
+
 def scan_instead_of_loop(slow_forward):
-    """A rewriter for 5.12 ``MambaMixer.slow_forward`` (5.3's differs: drifted there). Under tracing
-    they take ``associative_scan`` (a cache-less prefill), whose program fixes the batch and refuses sequences
-    shorter than traced; otherwise a Python loop over the sequence, which fixes its length. Both become the
-    loop's recurrence as a scan (``runtime.linear_recurrence``); the cache updates around it stay as written."""
+    """A rewriter for 5.3-5.12 ``MambaMixer.slow_forward`` (5.3's updates a model-local cache, 5.12's a
+    DynamicCache; the expressions rewritten are the same). Under tracing they take ``associative_scan`` (a
+    cache-less prefill), whose program fixes the batch and refuses sequences shorter than traced; otherwise a
+    Python loop over the sequence, which fixes its length. Both become the loop's recurrence as a scan
+    (``runtime.linear_recurrence``); the cache updates around it stay as written."""
     from ..rewrite.control_flow import substitute_expressions
 
     return substitute_expressions(slow_forward, {
         "self.use_associative_scan and associative_scan is not None and is_tracing(hidden_states) "
         "and cache_params is None": "False",
-        """for i in range(seq_len):
-    ssm_state = discrete_A[:, :, i, :] * ssm_state + deltaB_u[:, :, i, :]
-    scan_output = torch.matmul(ssm_state.to(dtype), C[:, i, :].unsqueeze(-1))
-    scan_outputs.append(scan_output[:, :, 0])""":
-        "scan_output, ssm_state = __autopatch_rt.linear_recurrence(discrete_A, deltaB_u, C, ssm_state, dtype)",
-        "scan_output = torch.stack(scan_outputs, dim=-1)": "pass",
+        **_LOOP_AS_SCAN,
     })
+
+
+def loop_as_scan(slow_forward):
+    """A rewriter for 4.x ``FalconMambaMixer.slow_forward``: no associative_scan branch there, only the loop over
+    the sequence (which fixes its length), rewritten as above. The training-only pscan branch stays."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(slow_forward, _LOOP_AS_SCAN)
 
 
 def causal_mask_length_from_mask(update_causal_mask):
