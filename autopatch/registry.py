@@ -213,14 +213,15 @@ PATCHES = (
             "DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
-        # Only caches whose models then export and run, with the transformers rows of the hybrid models below.
-        # 4.57's other hybrid models (zamba2, lfm2, mamba2) register with the same codec but fail further in
-        # their own code (mixers branching on cache_position[0] with no structural term beside it): nothing
-        # could prove those rows. (falcon_mamba's program unlifts with torch.export.parameter_buffers.)
+        # Only caches whose models then export and run, with the transformers rows of the hybrid models below
+        # (mamba2 and lfm2: their decode_by_length rows). zamba2 registers with the same codec but fails further
+        # in its own code: nothing could prove its row. (falcon_mamba's program unlifts with
+        # torch.export.parameter_buffers.)
         # MambaCache moved out of cache_utils into modeling_mamba in 4.54 (pytree.legacy.mamba_cache before).
         for model, cache_class, since in (("mamba", "MambaCache", "4.54"), ("falcon_mamba", "FalconMambaCache", "4.54"),
                                           ("qwen3_next", "Qwen3NextDynamicCache", "4.56"),
                                           ("jamba", "HybridMambaAttentionDynamicCache", "4.56"),
+                                          ("mamba2", "Mamba2Cache", "4.56"), ("lfm2", "Lfm2HybridConvCache", "4.56"),
                                           *((row[0], row[1], "4.56") for row in HYBRID_MAMBA_4X))
     ),
     # --- torch family: symbolic-shape fixes (issue 4) ---
@@ -524,6 +525,26 @@ PATCHES = (
             "structural terms hold it is assumed, and the program asserts it at run time.",
         )
         for model, _, _, mixer, mixer_fingerprints in HYBRID_MAMBA_4X
+    ),
+    # 4.x and 5.0-5.4 Mamba2 mixer and LFM2 short convolution: the same decode test, without the structural terms.
+    *(
+        PatchSpec(
+            id=f"transformers.{model}.decode_by_length",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=target,
+            mode="rewrite",
+            replacement=f"autopatch.patches.transformers_ssm:{rewriter}",
+            requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+            fingerprints=fingerprints,  # 4.57.6, 5.3.0
+            reason=f"{target} (4.x, 5.0-5.4) takes its one-token path when given a cache and `cache_position[0] > "
+            "0`: a data-dependent guard with nothing structural beside it. Rewritten from the source: the step's "
+            "length decides (one token: past position 0; several: position 0), asserted by the program at run time.",
+        )
+        for model, target, rewriter, fingerprints in (
+            ("mamba2", "Mamba2Mixer.torch_forward", "assume_decode_by_length", ("3e7daa45c5a4", "6d13ddf29636")),
+            ("lfm2", "Lfm2ShortConv.slow_forward", "short_conv_decode_by_length", ("fb11f66dbcc4", "c6000f7fd310")),
+        )
     ),
     PatchSpec(
         id="transformers.jamba.causal_mask_length",

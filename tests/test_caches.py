@@ -407,3 +407,61 @@ def test_a_linear_attention_layer_with_one_tensor_per_state_round_trips(pytree_p
     assert rebuilt.conv_states is conv and rebuilt.recurrent_states is recurrent
     assert rebuilt.has_previous_state is True and rebuilt.conv_kernel_size == conv.shape[-1]
     assert rebuilt.max_batch_size == 2
+
+
+# Mamba2 and LFM2 with model-local caches (4.57, 5.3): their one-token path is chosen by cache_position[0] > 0 alone.
+ONE_TOKEN_DECODERS = {
+    "mamba2": lambda: transformers.Mamba2ForCausalLM(transformers.Mamba2Config(
+        vocab_size=64, hidden_size=32, state_size=8, num_heads=4, head_dim=16, expand=2, n_groups=1,
+        num_hidden_layers=2, conv_kernel=4, chunk_size=8)),
+    # Layer 0 a short convolution, layer 1 attention.
+    "lfm2": lambda: transformers.Lfm2ForCausalLM(transformers.Lfm2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, layer_types=["conv", "full_attention"], conv_L_cache=3)),
+}
+
+
+def _one_token_step(model, batch, past, seed, position=None):
+    """A decode step after an eager prefill, under the cache argument's name for the model."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), use_cache=True)
+    name = "cache_params" if hasattr(out, "cache_params") else "past_key_values"
+    position = past if position is None else position
+    return {"input_ids": torch.randint(0, 64, (batch, 1), generator=g), name: getattr(out, name),
+            "cache_position": torch.arange(position, position + 1), "use_cache": True}
+
+
+@requires("transformers<5.5")
+@pytest.mark.parametrize("name", ONE_TOKEN_DECODERS)
+def test_one_token_decode_step_needs_its_decode_by_length_row(make_agent, name):
+    torch.manual_seed(0)
+    model = ONE_TOKEN_DECODERS[name]().eval()
+    traced, other = _one_token_step(model, 2, 5, 1), _one_token_step(model, 3, 6, 2)
+    cache_row, mixer_row = f"pytree.model_cache.{name}", f"transformers.{name}.decode_by_length"
+    pytree = [s for s in registry.PATCHES if s.family == "pytree"]
+
+    def export():
+        with torch.no_grad():
+            return torch.export.export(model, (), kwargs=copy.deepcopy(traced),
+                                       dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+
+    own = make_agent(pytree)
+    with pytest.raises(Exception, match="data-dependent"):
+        export()
+    own.disable()
+    own = make_agent(pytree + [s for s in registry.PATCHES if s.id == mixer_row])
+    program = export()
+    assert autopatch.last_export_report()["patches"][mixer_row] > 0
+    for batch, past, seed in ((1, 7, 3), (4, 9, 4)):
+        run = _one_token_step(model, batch, past, seed)
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits,
+                                       model(**copy.deepcopy(run)).logits)
+    # One token at position 0 would take the prefill path in eager: the program refuses it, it does not miscompute.
+    with pytest.raises(Exception, match="Runtime assertion failed"):
+        program.module()(**_one_token_step(model, 2, 5, 5, position=0))
+    own.disable()
+    make_agent([s for s in pytree if s.id != cache_row] + [s for s in registry.PATCHES if s.id == mixer_row])
+    with pytest.raises(Exception, match="Unsupported input type"):  # the cache row is needed too
+        export()

@@ -141,6 +141,32 @@ def assume_decode_position(torch_forward):
     })
 
 
+def _assume_decode_by_length(function, length: str):
+    """``function`` with ``cache_position[0] > 0`` decided by the step's length (the local named ``length``)."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(function, {
+        "cache_position[0] > 0":
+        f"(__autopatch_rt.assume(cache_position[0] > 0, 'a one-token step with a cache is past position 0') "
+        f"if {length} == 1 else "
+        f"not __autopatch_rt.assume(cache_position[0] == 0, 'a step of several tokens with a cache is a prefill'))",
+    })
+
+
+def assume_decode_by_length(torch_forward):
+    """A rewriter for 4.x ``Mamba2Mixer.torch_forward``: it takes its one-token path whenever a cache is given and
+    ``cache_position[0] > 0``, a data-dependent guard with no structural term beside it (Bamba's mixer has
+    ``seq_len == 1``). That path reads one token only, so the step's length decides instead: one token assumes a
+    position past 0, several assume position 0 (the original would misread them), each asserted by the program
+    at run time rather than branched on."""
+    return _assume_decode_by_length(torch_forward, "seq_len")
+
+
+def short_conv_decode_by_length(slow_forward):
+    """The same for 4.x ``Lfm2ShortConv.slow_forward``, whose one-token path rolls the convolution state."""
+    return _assume_decode_by_length(slow_forward, "seqlen")
+
+
 #: The selective scan's loop over the sequence (the same statements in every Mamba-style mixer that has one) and
 #: the stack of its outputs: the recurrence as a scan instead.
 _LOOP_AS_SCAN = {
