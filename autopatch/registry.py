@@ -113,11 +113,15 @@ PACKED_VISION_MODELS = (
      "a52a842c5d34", "qwen2_5_vl_rope_index"),
     ("qwen3_vl", "Qwen3VLVisionAttention", "Qwen3VLModel", "cf364b3e5fa9", "packed_deepstack_image_features",
      "b3d7f47d79df", "qwen3_vl_rope_index"),
+    # GLM-4V: Qwen2-VL's feature split, Qwen3-VL's rope index (the same code under its own docstring).
+    ("glm4v", "Glm4vVisionAttention", "Glm4vModel", "54bb4440fb12", "packed_image_features",
+     "2791d473e5f4", "qwen3_vl_rope_index"),
 )
 
 #: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
-#: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none).
-PLACEHOLDER_CHECK_STRICT = ("qwen2_vl", "qwen3_vl")
+#: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none), with the
+#: fingerprint of that method (GLM-4V's differs only in its video mask, which reads the image token).
+PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392"}
 
 #: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
 PACKED_VISION_REQUIRES = (("transformers", ">=5.13"), ("torch", ">=2.6"))
@@ -947,7 +951,7 @@ PATCHES = (
             mode="rewrite",
             replacement="autopatch.patches.transformers_packed_vision:packed_placeholder_check",
             requires=PACKED_VISION_REQUIRES,
-            fingerprints=("e96fc4bdcbe2",),  # the same source in both
+            fingerprints=(PLACEHOLDER_CHECK_STRICT[model],),
             reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
             "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
             "the program refuses other sizes. Rewritten from the source: the message is a lambda.",

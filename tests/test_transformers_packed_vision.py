@@ -1,5 +1,5 @@
-"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL and Qwen3-VL prefills (5.23),
-and Qwen2-VL's on 4.57 (its ``*_4x`` rows), whose images are packed into one patch sequence, exported with the
+"""transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V prefills
+(5.23), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed into one patch sequence, exported with the
 number of images, their sizes, the batch and the text length all dynamic.
 
 Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
@@ -25,8 +25,8 @@ MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
 V5, V4 = requires("transformers>=5.13"), requires("transformers<5")
 #: 5.23's models, and 4.57's ("<model>_4x"), each run where its transformers is installed.
-MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-MODELS_4 = tuple(f"{m}_4x" for m in MODELS_5)
+MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
+MODELS_4 = tuple(f"{m}_4x" for m in MODELS_5 if m != "glm4v")
 MODELS = [*(pytest.param(m, marks=V5) for m in MODELS_5), *(pytest.param(m, marks=V4) for m in MODELS_4)]
 
 
@@ -85,6 +85,14 @@ def _build(model="qwen2_vl"):
             vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
             text_config={**TEXT, "rope_parameters": rope}, **TOKENS, bos_token_id=0, eos_token_id=1, pad_token_id=0)
         cls = transformers.Qwen2VLForConditionalGeneration
+    elif model == "glm4v":  # a 4x4 learned position table resampled per image; half the head dims rotate
+        config = transformers.Glm4vConfig(
+            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                           "image_size": 16},
+            text_config={**TEXT, "rope_parameters": {**rope, "mrope_section": [2, 1, 1],
+                                                     "partial_rotary_factor": 0.5}},
+            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
+        cls = transformers.Glm4vForConditionalGeneration
     elif model == "qwen2_5_vl":  # 2x2-token windows (the 4x8 image has two per frame), layer 1 attends fully
         config = transformers.Qwen2_5_VLConfig(
             vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
@@ -128,6 +136,9 @@ def _prefill(grids, text_len, seed):
 TRACED = _prefill([(1, 4, 4), (1, 4, 8)], text_len=5, seed=0)
 OTHERS = (_prefill([(1, 4, 4), (2, 4, 6), (1, 8, 4)], text_len=7, seed=1),  # a two-frame image, unequal rows
           _prefill([(1, 6, 6)], text_len=3, seed=2))
+#: GLM-4V's: one frame per image, as its processor makes them (its tower's position resampling reads the grid of
+#: each frame's index, so a two-frame image is misread in eager too).
+OTHERS_ONE_FRAME = (_prefill([(1, 4, 4), (1, 6, 4), (1, 8, 4)], text_len=7, seed=1), OTHERS[1])
 BATCH, SEQ = Dim("batch"), Dim("seq")
 SHAPES = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ},
           "mm_token_type_ids": {0: BATCH, 1: SEQ}, "pixel_values": {0: MERGE**2 * Dim("merged")},
@@ -137,6 +148,10 @@ SHAPES = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ},
 def _for(model, inputs):
     """4.57 has no mm_token_type_ids (it finds images by their tokens)."""
     return {k: v for k, v in inputs.items() if not (model in MODELS_4 and k == "mm_token_type_ids")}
+
+
+def _others(model):
+    return OTHERS_ONE_FRAME if model == "glm4v" else OTHERS
 
 
 def _export(module, model, strict=False):
@@ -160,14 +175,14 @@ def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
         _export(module, model)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in ("qwen2_vl", "qwen3_vl")])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in registry.PLACEHOLDER_CHECK_STRICT])
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail."""
     module = _build(model)
     _with(make_agent, _rows(model))
     program = _export(module, model, strict=True)
     with torch.no_grad(), pytest.raises(Exception, match="Guard failed"):
-        program.module()(**OTHERS[0])
+        program.module()(**_others(model)[0])
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
@@ -179,7 +194,7 @@ def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, 
     program = _export(module, model, strict=strict)
     used = autopatch.last_export_report()["patches"]
     assert all(used.get(row, 0) >= 1 for row in rows), used
-    for inputs in OTHERS:
+    for inputs in _others(model):
         with torch.no_grad():
             expected = module(**_for(model, inputs)).logits
             got = program.module()(**_for(model, inputs)).logits
@@ -190,7 +205,7 @@ def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, 
 def test_eager_is_unchanged_with_the_rows_installed(make_agent, model):
     rows = (*_rows(model), *_strict_rows(model))
     module = _build(model)
-    inputs = _for(model, OTHERS[0])
+    inputs = _for(model, _others(model)[0])
     with torch.no_grad():
         before = module(**inputs).logits
     _with(make_agent, rows)
@@ -246,10 +261,11 @@ def _random_batches(model, seed, count=60):
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in MODELS_5])
 def test_rope_index_equals_upstream_on_mixed_batches(model):
     """The replacement of each 5.23 model against its own get_rope_index, with and without an attention mask."""
-    replacement = getattr(packed, f"{model}_rope_index")
+    rope = next(row for row in registry.PACKED_VISION_MODELS if row[0] == model)[-1]
+    replacement = getattr(packed, rope)  # GLM-4V: Qwen3-VL's, with its batches (a vision start before each frame)
     language = _build(model).model
     rng = random.Random(1)
-    for ids, kinds, mask, image_grid, video_grid, grids in _random_batches(model, seed=0):
+    for ids, kinds, mask, image_grid, video_grid, grids in _random_batches(rope[:-len("_rope_index")], seed=0):
         extra = {}
         if model == "qwen2_5_vl" and video_grid is not None and rng.random() < 0.7:  # else 1 s per grid
             extra["second_per_grid_ts"] = torch.tensor([rng.choice((0.5, 1.0, 1.3)) for _ in grids[2]])
@@ -307,7 +323,7 @@ for name in [{model!r}]:
     with torch.no_grad():
         program = torch.export.export(model, (), kwargs=t._for(name, t.TRACED),
                                       dynamic_shapes=t._for(name, t.SHAPES))
-        for inputs in t.OTHERS:
+        for inputs in t._others(name):
             inputs = t._for(name, inputs)
             torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits,
                                        rtol=1e-4, atol=1e-4)
