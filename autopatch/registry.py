@@ -483,6 +483,23 @@ PATCHES = (
         "length. Rewritten from the source: the loop's recurrence as a scan (its program also needs "
         "torch.export.parameter_buffers).",
     ),
+    # The gated delta net's prefill (torch path): one source in both models on 5.23.
+    *(
+        PatchSpec(
+            id=f"transformers.{model}.gated_delta_scan",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target="torch_chunk_gated_delta_rule",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_ssm:gated_delta_chunks_as_scan",
+            requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+            fingerprints=("0dd16d07a108",),
+            reason="The gated delta net's prefill (torch path, without flash-linear-attention) walks its chunks with "
+            "`for i in range(num_chunks)`, ceil(seq / 64) iterations: export fixes the sequence length. Rewritten "
+            "from the source: the same recurrence as torch scan over the chunks.",
+        )
+        for model in ("qwen3_next", "qwen3_5")
+    ),
     PatchSpec(
         id="transformers.mamba.slow_forward",
         family="transformers",

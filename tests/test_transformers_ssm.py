@@ -1,5 +1,7 @@
 """transformers.mamba.* / transformers.falcon_mamba.*: Mamba prefill (use_cache=False) exports with dynamic batch
-and sequence, and matches eager at other sizes; without the patch the sequence length is specialized."""
+and sequence, and matches eager at other sizes; without the patch the sequence length is specialized. Also the
+gated delta net's prefill (transformers.qwen3_next / qwen3_5.gated_delta_scan), whose program is one chunk long
+without its row."""
 
 import pytest
 import torch
@@ -130,3 +132,70 @@ def test_fingerprints_match_the_installed_version(agent):
             assert own.records[patch].state == state.APPLIED_LATE, own.records[patch].detail
         finally:
             own.disable()
+
+
+# --- The gated delta net's prefill (Qwen3-Next, Qwen3.5 on 5.23): a Python loop over 64-token chunks ------------
+
+GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13")) for m in ("qwen3_next", "qwen3_5")]
+LINEAR_LAYERS = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"],
+                     linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                     linear_num_key_heads=2, linear_num_value_heads=4)
+
+
+def _gated_delta_model(name):
+    if name == "qwen3_next":
+        config = transformers.Qwen3NextConfig(**LINEAR_LAYERS, num_experts=4, num_experts_per_tok=2,
+                                              moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                                              mlp_only_layers=[0, 1])
+        model = transformers.Qwen3NextForCausalLM(config)
+    else:
+        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**LINEAR_LAYERS))
+    torch.manual_seed(0)
+    model.apply(model._init_weights)
+    return Prefill(model.eval())
+
+
+@pytest.mark.parametrize("name", GATED_DELTA)
+def test_gated_delta_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(make_agent, name):
+    model = _gated_delta_model(name)
+    row = f"transformers.{name}.gated_delta_scan"
+    own = make_agent([])
+    unpatched = _export(model)  # exports, but its guards allow one chunk only: no sequence over 64 tokens
+    with torch.no_grad(), pytest.raises(Exception, match="Guard failed"):
+        unpatched.module()(ids(2, 65, 1))
+    own.disable()
+    long = ids(2, 130, 2)
+    with torch.no_grad():
+        before = model(long)
+    make_agent([s for s in registry.PATCHES if s.id == row])
+    with torch.no_grad():
+        assert torch.equal(model(long), before)  # outside export: the original
+    program = _export(model)
+    assert autopatch.last_export_report()["patches"][row] == 1  # one linear-attention layer
+    with torch.no_grad():  # across chunk boundaries: 1 to 3 chunks of 64 tokens
+        for batch, seq in [(3, 5), (1, 64), (2, 65), (1, 150)]:
+            x = ids(batch, seq, batch * 100 + seq)
+            torch.testing.assert_close(program.module()(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", GATED_DELTA)
+def test_gated_delta_scan_equals_upstream(name):
+    """The rewritten function against the original, in eager, with and without an initial state."""
+    import importlib
+
+    from autopatch.patches.transformers_ssm import gated_delta_chunks_as_scan
+
+    original = importlib.import_module(f"transformers.models.{name}.modeling_{name}").torch_chunk_gated_delta_rule
+    rewritten = gated_delta_chunks_as_scan(original)
+    g = torch.Generator().manual_seed(0)
+    for seq in (1, 3, 63, 64, 65, 130):
+        for initial in (False, True):
+            q, k = (torch.randn(2, seq, 2, 16, generator=g) for _ in range(2))
+            kwargs = dict(g=-torch.rand(2, seq, 4, generator=g), beta=torch.rand(2, seq, 4, generator=g),
+                          initial_state=torch.randn(2, 4, 16, 8, generator=g) if initial else None,
+                          output_final_state=True, use_qk_l2norm_in_kernel=True)
+            v = torch.randn(2, seq, 4, 8, generator=g)
+            for got, expected in zip(rewritten(q, k, v, **kwargs), original(q, k, v, **kwargs)):
+                assert got.shape == expected.shape
+                torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

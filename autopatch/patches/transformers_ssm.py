@@ -214,3 +214,48 @@ def causal_mask_length_from_mask(update_causal_mask):
         "__autopatch_rt.known_as(cache_position[-1] + 1, attention_mask.shape[-1] if attention_mask is not None "
         "and attention_mask.dim() == 2 else None, 'the 2D attention mask covers every position up to the last one')",
     })
+
+
+#: The gated delta rule's sequential pass over the chunks (torch_chunk_gated_delta_rule, 5.23), and its scan.
+_CHUNK_LOOP = """
+for i in range(num_chunks):
+    v_new = new_values[:, :, i] - k_cumdecay[:, :, i] @ last_recurrent_state
+    inter_chunk_attn = query[:, :, i] @ last_recurrent_state
+    core_attn_out[:, :, i] = inter_chunk_attn + intra_chunk_attn[:, :, i] @ v_new
+    last_recurrent_state = last_recurrent_state * chunk_decay[:, :, i] + key[:, :, i].transpose(-1, -2) @ v_new
+"""
+
+
+def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
+    """A rewriter for ``torch_chunk_gated_delta_rule`` (the torch path of the gated delta net's prefill, 5.23):
+    its pass over the chunks is ``for i in range(num_chunks)``, a Python loop over ``ceil(seq / chunk_size)``,
+    which fixes the sequence length. Rewritten from the source: the same recurrence as a scan over the chunks,
+    and the padded length written as ``num_chunks * chunk_size`` (upstream's ``seq + (64 - seq % 64) % 64``
+    is one too, but torch cannot tell, so each ``reshape(..., -1, chunk_size, ...)`` guards on the traced
+    length); the chunked shapes name ``num_chunks`` instead of ``-1``. One more all-padding chunk than upstream,
+    so that torch knows there are at least two (else the contiguity checks of every chunked view guard
+    ``num_chunks == 1``, i.e. seq <= 64): a padded position has zero key, value and beta and zero log-decay, so
+    the chunk leaves the state as it is (``S * exp(0) + k^T @ 0``, exactly) and its outputs are cut off."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(chunk_gated_delta_rule, {
+        "pad_size = (chunk_size - sequence_length % chunk_size) % chunk_size":
+        # ceil(seq / chunk_size) + 1 as one quotient (torch cannot tell that 64 * q + 64 splits into q + 1 rows)
+        "num_chunks = (sequence_length + 2 * chunk_size - 1) // chunk_size\n"
+        "pad_size = num_chunks * chunk_size - sequence_length",
+        "total_sequence_length = sequence_length + pad_size": "total_sequence_length = num_chunks * chunk_size",
+        "num_chunks = total_sequence_length // chunk_size": "pass",
+        "x.reshape(x.shape[0], x.shape[1], -1, chunk_size, x.shape[-1])":
+        "x.reshape(x.shape[0], x.shape[1], num_chunks, chunk_size, x.shape[-1])",
+        "decay.reshape(decay.shape[0], decay.shape[1], -1, chunk_size)":
+        "decay.reshape(decay.shape[0], decay.shape[1], num_chunks, chunk_size)",
+        # The chunked output back to the sequence, each token read at its (chunk, place) by index: flattening
+        # the chunks guards on Mod(q, 64 * q) and slicing the padding off on the padded length != seq, both
+        # true but beyond torch's simplifier.
+        "core_attn_out = core_attn_out.reshape(padded_output_shape)":
+        "token = torch.arange(sequence_length, device=core_attn_out.device)",
+        "core_attn_out = core_attn_out[:, :, :sequence_length]":
+        "core_attn_out = core_attn_out[:, :, token // chunk_size, token % chunk_size]",
+        _CHUNK_LOOP: "core_attn_out, last_recurrent_state = __autopatch_rt.gated_delta_chunks(new_values, "
+        "k_cumdecay, query, key, intra_chunk_attn, chunk_decay, last_recurrent_state)",
+    })

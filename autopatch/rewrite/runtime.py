@@ -142,6 +142,27 @@ def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
     return ys.permute(1, 2, 0), last
 
 
+def gated_delta_chunks(new_values, k_cumdecay, query, key, intra_chunk_attn, chunk_decay, state):
+    """The loop over chunks of ``torch_chunk_gated_delta_rule`` (Qwen3-Next, Qwen3.5 and kin: gated delta net
+    prefill) as ``torch._higher_order_ops.scan`` over the chunk axis (dim 2 of every input), so the number of
+    chunks, hence the sequence length, stays symbolic (``range(num_chunks)`` fixes it). Per chunk i, with the
+    recurrent state S: ``v = new_values_i - k_cumdecay_i @ S``, output ``query_i @ S + intra_chunk_attn_i @ v``,
+    ``S = S * chunk_decay_i + key_i^T @ v``: the loop's arithmetic in its order. Returns ``(outputs shaped as
+    new_values, last state)``."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    def step(s, xs):
+        values_i, k_cumdecay_i, query_i, key_i, attn_i, decay_i = xs
+        v_new = values_i - k_cumdecay_i @ s
+        out = query_i @ s + attn_i @ v_new
+        return s * decay_i + key_i.transpose(-1, -2) @ v_new, out
+
+    chunks_first = tuple(x.movedim(2, 0) for x in (new_values, k_cumdecay, query, key, intra_chunk_attn, chunk_decay))
+    last, outputs = scan(step, state, chunks_first)
+    return outputs.movedim(0, 2).contiguous(), last
+
+
 def block_diagonal_mask(cu_seqlens, like):
     """The additive attention mask ``[1, 1, n, n]`` (dtype of ``like``, ``n`` its second-to-last size) that lets
     position i attend to j only when both fall in the same segment of ``cu_seqlens`` (cumulative segment ends,
