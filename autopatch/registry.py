@@ -116,6 +116,10 @@ PACKED_VISION_MODELS = (
     # GLM-4V: Qwen2-VL's feature split, Qwen3-VL's rope index (the same code under its own docstring).
     ("glm4v", "Glm4vVisionAttention", "Glm4vModel", "54bb4440fb12", "packed_image_features",
      "2791d473e5f4", "qwen3_vl_rope_index"),
+    # Qwen3.5: Qwen3-VL's tower without deepstack (Qwen2-VL's feature split) and rope index; its text model's
+    # linear-attention layers need transformers.qwen3_5.gated_delta_scan too.
+    ("qwen3_5", "Qwen3_5VisionAttention", "Qwen3_5Model", "54bb4440fb12", "packed_image_features",
+     "b3d7f47d79df", "qwen3_vl_rope_index"),
 )
 
 #: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
@@ -1045,18 +1049,21 @@ PATCHES = (
         "which fixes the number of images. The same token order and window bounds at once: every token gets its "
         "window's number and place, one sort orders them.",
     ),
-    PatchSpec(
-        id="transformers.vision.qwen3_vl_interpolation_packed",
-        family="transformers",
-        trigger="transformers.models.qwen3_vl.modeling_qwen3_vl",
-        target="get_vision_interpolation_indices_and_weights",  # the module's binding of vision_utils'
-        mode="rewrite",
-        replacement="autopatch.patches.transformers_packed_vision:packed_interpolation_starts",
-        requires=PACKED_VISION_REQUIRES,
-        fingerprints=("826f09883daa",),
-        reason="The learned position grid's resampling is loop-free, but pads counts.cumsum(0)[:-1], a tensor "
-        "one shorter than the number of images: torch fixes that number doing so (guard Eq(images - 1, 1)). "
-        "Rewritten from the source: the same exclusive cumulative sum as cumsum - counts.",
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_interpolation_packed",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target="get_vision_interpolation_indices_and_weights",  # the module's binding of vision_utils'
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_packed_vision:packed_interpolation_starts",
+            requires=PACKED_VISION_REQUIRES,
+            fingerprints=("826f09883daa",),
+            reason="The learned position grid's resampling is loop-free, but pads counts.cumsum(0)[:-1], a tensor "
+            "one shorter than the number of images: torch fixes that number doing so (guard Eq(images - 1, 1)). "
+            "Rewritten from the source: the same exclusive cumulative sum as cumsum - counts.",
+        )
+        for model in ("qwen3_vl", "qwen3_5")  # Qwen3.5's tower is Qwen3-VL's without deepstack
     ),
     # --- end of MoE and vision-language models ---
     # --- rewrite family: control flow -> torch.cond, generated from the original source at install ---

@@ -25,8 +25,8 @@ MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
 V5, V4 = requires("transformers>=5.13"), requires("transformers<5")
 #: 5.23's models, and 4.57's ("<model>_4x"), each run where its transformers is installed.
-MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
-MODELS_4 = tuple(f"{m}_4x" for m in MODELS_5 if m != "glm4v")
+MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5")
+MODELS_4 = tuple(f"{m}_4x" for m in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 MODELS = [*(pytest.param(m, marks=V5) for m in MODELS_5), *(pytest.param(m, marks=V4) for m in MODELS_4)]
 
 
@@ -41,14 +41,18 @@ def _rows(model):
             for row in ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")]
     if model == "qwen2_5_vl":
         rows.append("transformers.vision.qwen2_5_vl_windows_packed")
-    if model == "qwen3_vl":
-        rows.append("transformers.vision.qwen3_vl_interpolation_packed")
+    if model in ("qwen3_vl", "qwen3_5"):
+        rows.append(f"transformers.vision.{model}_interpolation_packed")
+    if model == "qwen3_5":  # its text model's linear-attention layers
+        rows.append("transformers.qwen3_5.gated_delta_scan")
     return tuple(rows)
 
 
 def _strict_rows(model):
     """What strict=True needs on top (Qwen2.5-VL and 4.57: nothing; the export test shows it)."""
-    return () if model == "qwen2_5_vl" or model in MODELS_4 else (f"transformers.vision.{model}_placeholder_check_packed",)
+    if model in registry.PLACEHOLDER_CHECK_STRICT:
+        return (f"transformers.vision.{model}_placeholder_check_packed",)
+    return ()
 
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -93,6 +97,17 @@ def _build(model="qwen2_vl"):
                                                      "partial_rotary_factor": 0.5}},
             image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
         cls = transformers.Glm4vForConditionalGeneration
+    elif model == "qwen3_5":  # a 4x4 learned position grid; text: a linear-attention and a full-attention layer
+        config = transformers.Qwen3_5Config(
+            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                           "num_position_embeddings": 16},
+            text_config={**TEXT, "head_dim": 16, "layer_types": ["linear_attention", "full_attention"],
+                         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                         "rope_parameters": {**rope, "mrope_section": [2, 1, 1], "mrope_interleaved": True,
+                                             "partial_rotary_factor": 0.5}},
+            image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
+        cls = transformers.Qwen3_5ForConditionalGeneration
     elif model == "qwen2_5_vl":  # 2x2-token windows (the 4x8 image has two per frame), layer 1 attends fully
         config = transformers.Qwen2_5_VLConfig(
             vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
@@ -139,7 +154,8 @@ OTHERS = (_prefill([(1, 4, 4), (2, 4, 6), (1, 8, 4)], text_len=7, seed=1),  # a 
 #: GLM-4V's: one frame per image, as its processor makes them (its tower's position resampling reads the grid of
 #: each frame's index, so a two-frame image is misread in eager too).
 OTHERS_ONE_FRAME = (_prefill([(1, 4, 4), (1, 6, 4), (1, 8, 4)], text_len=7, seed=1), OTHERS[1])
-BATCH, SEQ = Dim("batch"), Dim("seq")
+# Qwen3.5: a prompt shorter than its convolution kernel (4) pads the linear-attention cache's state, a branch.
+BATCH, SEQ = Dim("batch"), Dim("seq", min=4)
 SHAPES = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ},
           "mm_token_type_ids": {0: BATCH, 1: SEQ}, "pixel_values": {0: MERGE**2 * Dim("merged")},
           "image_grid_thw": {0: Dim("images")}}
@@ -171,7 +187,8 @@ def _with(make_agent, ids):
 def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
     module = _build(model)
     _with(make_agent, set(_rows(model)) - {left_out})
-    with pytest.raises(Exception, match="data-dependent|specialized it to be a constant"):
+    # (Without the gated delta row: its chunk loop's guards solve the traced length, "a specialized value".)
+    with pytest.raises(Exception, match="data-dependent|specialized it to be a constant|specialized value"):
         _export(module, model)
 
 
@@ -185,8 +202,11 @@ def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(ma
         program.module()(**_others(model)[0])
 
 
-@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
-@pytest.mark.parametrize("model", MODELS)
+# Not Qwen3.5 strict: Dynamo stops in its text model's cache (AttributeError: 'DynamicLayer' object has no attribute
+# 'dtype'), outside the vision code (README, known limits).
+@pytest.mark.parametrize("model, strict", [
+    pytest.param(p.values[0], strict, marks=p.marks, id=f"{p.values[0]}-{'strict' if strict else 'non-strict'}")
+    for p in MODELS for strict in (False, True) if not (strict and p.values[0] == "qwen3_5")])
 def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, model, strict):
     rows = (*_rows(model), *_strict_rows(model))
     module = _build(model)
