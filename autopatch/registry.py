@@ -217,8 +217,8 @@ PATCHES = (
             # The installer names its hit counter pytree.model_cache.<model> from the module, as here.
             replacement="autopatch.patches.pytree_caches:register_attribute_cache",
             requires=(("transformers", f">={since},<5.5"), ("torch", ">=2.6")),
-            reason=f"{cache_class}, the {model} cache of transformers 4.x and 5.0-5.4 (5.5 on keep these states in "
-            "DynamicCache), "
+            reason=f"{cache_class}, the {model} cache of transformers 4.x and 5.0-5.4 (5.5 and later keep these "
+            "states in DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below
@@ -593,8 +593,9 @@ PATCHES = (
         replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
         requires=(LOCAL_CACHES, ("torch", ">=2.6")),
         fingerprints=("65abdfdf6e47", "745c19661b16"),  # 4.57, 5.3 (type hints only)
-        reason="FalconH1's 4.x and 5.0-5.4 cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: len() reads the "
-        "batch as a plain int and fixes it to the traced size. Rewritten from the source to compare the first size.",
+        reason="FalconH1's 4.x and 5.0-5.4 cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: "
+        "len() reads the batch as a plain int and fixes it to the traced size. Rewritten from the source to compare "
+        "the first size.",
     ),
     PatchSpec(
         id="transformers.qwen3_next.linear_attention_mask",
