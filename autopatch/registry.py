@@ -487,7 +487,7 @@ PATCHES = (
         "length. Rewritten from the source: the loop's recurrence as a scan (its program also needs "
         "torch.export.parameter_buffers).",
     ),
-    # The gated delta net's prefill (torch path): one source in both models on 5.23.
+    # The gated delta net's prefill (torch path): one source in these models on 5.23.
     *(
         PatchSpec(
             id=f"transformers.{model}.gated_delta_scan",
@@ -502,7 +502,7 @@ PATCHES = (
             "`for i in range(num_chunks)`, ceil(seq / 64) iterations: export fixes the sequence length. Rewritten "
             "from the source: the same recurrence as torch scan over the chunks.",
         )
-        for model in ("qwen3_next", "qwen3_5")
+        for model in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")
     ),
     PatchSpec(
         id="transformers.mamba.slow_forward",

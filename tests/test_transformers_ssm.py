@@ -136,7 +136,8 @@ def test_fingerprints_match_the_installed_version(agent):
 
 # --- The gated delta net's prefill (Qwen3-Next, Qwen3.5 on 5.23): a Python loop over 64-token chunks ------------
 
-GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13")) for m in ("qwen3_next", "qwen3_5")]
+GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13"))
+               for m in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")]
 LINEAR_LAYERS = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"],
                      linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
@@ -144,11 +145,15 @@ LINEAR_LAYERS = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hi
 
 
 def _gated_delta_model(name):
+    experts = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
     if name == "qwen3_next":
-        config = transformers.Qwen3NextConfig(**LINEAR_LAYERS, num_experts=4, num_experts_per_tok=2,
-                                              moe_intermediate_size=16, shared_expert_intermediate_size=16,
-                                              mlp_only_layers=[0, 1])
+        config = transformers.Qwen3NextConfig(**LINEAR_LAYERS, **experts, mlp_only_layers=[0, 1])
         model = transformers.Qwen3NextForCausalLM(config)
+    elif name == "qwen3_5_moe":
+        model = transformers.Qwen3_5MoeForCausalLM(transformers.Qwen3_5MoeTextConfig(**LINEAR_LAYERS, **experts))
+    elif name == "olmo_hybrid":
+        config = transformers.OlmoHybridConfig(**LINEAR_LAYERS, pad_token_id=0, eos_token_id=1)
+        model = transformers.OlmoHybridForCausalLM(config)
     else:
         model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**LINEAR_LAYERS))
     torch.manual_seed(0)
