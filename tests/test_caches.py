@@ -158,17 +158,18 @@ SSM = [*(pytest.param(name, "pytree.dynamic_cache", marks=requires("transformers
 SSM_ALSO = "torch.export.parameter_buffers"
 
 
-def _ssm_inputs(model, batch, past, seed):
+def _ssm_inputs(model, batch, past, seed, position=None):
+    """A one-token decode step after an eager prefill of ``past`` tokens. The cache goes under the name the
+    model's output gives it (Mamba's and Mamba2's cache_params, the others' past_key_values); a model-local cache
+    also takes the step's cache_position (``position``, by default ``past``), as generate() passes it."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), use_cache=True)
-    inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g)}
-    if not LOCAL_CACHES:
-        # Mamba's output names its cache cache_params, Jamba's past_key_values; both are a DynamicCache.
-        cache = out.cache_params if hasattr(out, "cache_params") else out.past_key_values
-        inputs["cache_params" if hasattr(out, "cache_params") else "past_key_values"] = cache
-    else:
-        inputs.update(cache_params=out.cache_params, cache_position=torch.arange(past, past + 1))
+    name = "cache_params" if hasattr(out, "cache_params") else "past_key_values"
+    inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g), name: getattr(out, name)}
+    if LOCAL_CACHES:
+        position = past if position is None else position
+        inputs["cache_position"] = torch.arange(position, position + 1)
     return inputs
 
 
@@ -421,23 +422,12 @@ ONE_TOKEN_DECODERS = {
 }
 
 
-def _one_token_step(model, batch, past, seed, position=None):
-    """A decode step after an eager prefill, under the cache argument's name for the model."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        out = model(input_ids=torch.randint(0, 64, (batch, past), generator=g), use_cache=True)
-    name = "cache_params" if hasattr(out, "cache_params") else "past_key_values"
-    position = past if position is None else position
-    return {"input_ids": torch.randint(0, 64, (batch, 1), generator=g), name: getattr(out, name),
-            "cache_position": torch.arange(position, position + 1), "use_cache": True}
-
-
 @requires("transformers<5.5")
 @pytest.mark.parametrize("name", ONE_TOKEN_DECODERS)
 def test_one_token_decode_step_needs_its_decode_by_length_row(make_agent, name):
     torch.manual_seed(0)
     model = ONE_TOKEN_DECODERS[name]().eval()
-    traced, other = _one_token_step(model, 2, 5, 1), _one_token_step(model, 3, 6, 2)
+    traced, other = _ssm_inputs(model, 2, 5, 1), _ssm_inputs(model, 3, 6, 2)
     cache_row, mixer_row = f"pytree.model_cache.{name}", f"transformers.{name}.decode_by_length"
     pytree = [s for s in registry.PATCHES if s.family == "pytree"]
 
@@ -454,13 +444,13 @@ def test_one_token_decode_step_needs_its_decode_by_length_row(make_agent, name):
     program = export()
     assert autopatch.last_export_report()["patches"][mixer_row] > 0
     for batch, past, seed in ((1, 7, 3), (4, 9, 4)):
-        run = _one_token_step(model, batch, past, seed)
+        run = _ssm_inputs(model, batch, past, seed)
         with torch.no_grad():
             torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits,
                                        model(**copy.deepcopy(run)).logits)
     # One token at position 0 would take the prefill path in eager: the program refuses it, it does not miscompute.
     with pytest.raises(Exception, match="Runtime assertion failed"):
-        program.module()(**_one_token_step(model, 2, 5, 5, position=0))
+        program.module()(**_ssm_inputs(model, 2, 5, 5, position=0))
     own.disable()
     make_agent([s for s in pytree if s.id != cache_row] + [s for s in registry.PATCHES if s.id == mixer_row])
     with pytest.raises(Exception, match="Unsupported input type"):  # the cache row is needed too

@@ -1,7 +1,7 @@
 """transformers.mamba.* / transformers.falcon_mamba.*: Mamba prefill (use_cache=False) exports with dynamic batch
 and sequence, and matches eager at other sizes; without the patch the sequence length is specialized. Also the
-gated delta net's prefill (transformers.qwen3_next / qwen3_5.gated_delta_scan), whose program is one chunk long
-without its row."""
+gated delta net's prefill (transformers.<model>.gated_delta_scan: Qwen3-Next, Qwen3.5, Qwen3.5-MoE, OlmoHybrid),
+whose program is one chunk long without its row."""
 
 import pytest
 import torch
@@ -134,7 +134,7 @@ def test_fingerprints_match_the_installed_version(agent):
             own.disable()
 
 
-# --- The gated delta net's prefill (Qwen3-Next, Qwen3.5 on 5.23): a Python loop over 64-token chunks ------------
+# --- The gated delta net's prefill on 5.23: a Python loop over 64-token chunks ------------------------------------
 
 GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13"))
                for m in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")]
@@ -146,6 +146,7 @@ LINEAR_LAYERS = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hi
 
 def _gated_delta_model(name):
     experts = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
+    torch.manual_seed(0)
     if name == "qwen3_next":
         config = transformers.Qwen3NextConfig(**LINEAR_LAYERS, **experts, mlp_only_layers=[0, 1])
         model = transformers.Qwen3NextForCausalLM(config)
@@ -156,8 +157,6 @@ def _gated_delta_model(name):
         model = transformers.OlmoHybridForCausalLM(config)
     else:
         model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**LINEAR_LAYERS))
-    torch.manual_seed(0)
-    model.apply(model._init_weights)
     return Prefill(model.eval())
 
 
