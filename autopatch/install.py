@@ -23,6 +23,22 @@ class Drifted(Skip):
     specs whose fingerprints the installer checks itself."""
 
 
+def install_always_on(owner, name, original, wrapper, patch_id):
+    """Puts ``wrapper`` in place of ``owner.name`` (for code that runs in ``ep.module()``, after the export, where
+    an export-scoped router never sees it) and returns the undo, which refuses to remove a later wrapper."""
+    wrapper.__autopatch_original__ = original
+    wrapper.__autopatch_id__ = patch_id
+    setattr(owner, name, wrapper)
+
+    def undo() -> str:
+        if getattr(owner, name) is not wrapper:
+            return f"could not restore {owner.__name__}.{name}: replaced on top of autopatch's wrapper"
+        setattr(owner, name, original)
+        return ""
+
+    return undo
+
+
 def install(record, module, late: bool) -> None:
     """Installs ``record.spec`` on ``module``; any problem becomes the record's state, never an exception."""
     spec = record.spec

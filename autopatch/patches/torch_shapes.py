@@ -39,6 +39,7 @@ from numbers import Number
 import torch
 
 from .. import scope
+from ..install import install_always_on
 from ..spec import calls_original
 
 # The hook on torch._subclasses.fake_impls can fire while `import torch` is still running: nothing below imports
@@ -466,23 +467,7 @@ def install_varkw_guards(owner, name, original):
             scope.count_hit("torch.export.guards_varkw")
         return original(fixed, paths_of_placeholders)
 
-    return _install_always_on(owner, name, original, convert_guards_code_to_fn, "torch.export.guards_varkw")
-
-
-def _install_always_on(owner, name, original, wrapper, patch_id):
-    """Puts ``wrapper`` in place of ``owner.name`` (for code that runs in ``ep.module()``, after the export, where
-    an export-scoped router never sees it) and returns the undo, which refuses to remove a later wrapper."""
-    wrapper.__autopatch_original__ = original
-    wrapper.__autopatch_id__ = patch_id
-    setattr(owner, name, wrapper)
-
-    def undo() -> str:
-        if getattr(owner, name) is not wrapper:
-            return f"could not restore {owner.__name__}.{name}: replaced on top of autopatch's wrapper"
-        setattr(owner, name, original)
-        return ""
-
-    return undo
+    return install_always_on(owner, name, original, convert_guards_code_to_fn, "torch.export.guards_varkw")
 
 
 def install_parameter_buffers(owner, name, original):
@@ -515,5 +500,5 @@ def install_parameter_buffers(owner, name, original):
             scope.count_hit("torch.export.parameter_buffers")
         return original(ep, *args, **kwargs)
 
-    return _install_always_on(owner, name, original, unlift_exported_program_lifted_states,
+    return install_always_on(owner, name, original, unlift_exported_program_lifted_states,
                               "torch.export.parameter_buffers")
