@@ -190,6 +190,70 @@ PATCHES = (
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
     ),
+    PatchSpec(
+        id="pytree.model_output_keys",
+        family="pytree",
+        trigger="transformers.utils.generic",
+        target="ModelOutput",
+        mode="install",
+        replacement="autopatch.patches.pytree_model_outputs:install_model_output_keys",
+        requires=(("transformers", ">=4.48,<5"), ("torch", ">=2.6")),
+        reason="4.x registers model outputs as pytree nodes without key paths, so a seq2seq decode step given "
+        "encoder_outputs=BaseModelOutput(...) (as optimum and Whisper runtimes feed it) stops with 'Did not find a "
+        "flatten_with_keys_fn'. Adds the field names as keys to transformers' own registration (kept).",
+    ),
+    PatchSpec(
+        id="transformers.exporters.flat_graph_layout",
+        family="pytree",
+        trigger="transformers.exporters.base",
+        target="HfExporter._export_component",
+        mode="install",
+        replacement="autopatch.patches.transformers_exporters:install_flat_graph_layout",
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        reason="transformers' ONNX, OpenVINO and ExecuTorch exporters name graph inputs and outputs by their own "
+        "walk of a cache (layers.0.keys, layers.0.values, layers.1.keys...) and pass the names by position: inside "
+        "them a cache flattens in that order under those paths, else keys and values would be wired to each "
+        "other's names (wrong numbers, silently). DynamoExporter and plain torch.export keep the agent's layout.",
+    ),
+    # Sliding-window layers: one program for every past length, inside the window, crossing it and beyond it.
+    PatchSpec(
+        id="transformers.cache.sliding_update",
+        family="transformers",
+        trigger="transformers.cache_utils",
+        target="DynamicSlidingWindowLayer.update",
+        mode="route",
+        replacement="autopatch.patches.transformers_sliding:sliding_update",
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        fingerprints=("1d2449946249", "ee796ceb5145"),
+        reason="A sliding layer keeps its last window - 1 tokens with keys[:, :, -window + 1:]: torch compares the "
+        "traced past with the window, so a program traced inside the window refuses a past beyond it and the other "
+        "way round. Keeps min(length, window - 1) tokens (torch.sym_min): no guard, the same tensors.",
+    ),
+    PatchSpec(
+        id="transformers.cache.sliding_mask_sizes",
+        family="transformers",
+        trigger="transformers.cache_utils",
+        target="DynamicSlidingWindowLayer.get_mask_sizes",
+        mode="route",
+        replacement="autopatch.patches.transformers_sliding:sliding_mask_sizes",
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        fingerprints=("ac86092c14a3", "68bb5db6d9c1"),
+        reason="With transformers.cache.sliding_update: the mask sizes branch on 'seen >= window' and take "
+        "max(seen - window + 1, 0) in Python (guards on the past). Computed with torch.sym_min/sym_max.",
+    ),
+    PatchSpec(
+        id="transformers.masks.sdpa_causal_skip",
+        family="transformers",
+        trigger="transformers.masking_utils",
+        target="_ignore_causal_mask_sdpa",
+        mode="route",
+        replacement="autopatch.patches.transformers_sliding:ignore_causal_mask_sdpa",
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        fingerprints=("265aa69ff0b2", "14bd2b59ba26"),
+        reason="With the sliding rows: before answering False under any trace, this trims a padding mask longer "
+        "than the keys behind 'if mask length > kv_length', which for a sliding layer traced inside its window "
+        "ties the past to the window. Answers False without the unused trim.",
+    ),
     # transformers 4.48-4.55: tensor-list caches, then CacheLayerMixin ones (pytree_legacy_caches). One row per
     # root class; each registers its subclasses too.
     *(

@@ -36,6 +36,10 @@ _runs_lock = threading.Lock()
 #: rewrite), so the export runs again. Set by the agent under EXPORT_PATCHES_REWRITE=auto.
 on_export_failure = None
 MAX_RETRIES = 8
+#: ``fn(entry_args, entry_kwargs) -> undo`` run when an outermost export starts in this thread, undone when it
+#: ends: for patches that must see the module being exported (forward pre-hooks). A hook that raises is logged
+#: and left out; it never fails the export.
+_START_HOOKS: list = []
 
 
 class ExportRun:
@@ -48,6 +52,8 @@ class ExportRun:
         self.seconds = None
         self.hits: dict[str, int] = {}
         self.error = None
+        #: What the agent decided for this export besides patch hits (a layout it stepped aside from).
+        self.notes: list[str] = []
 
     def as_dict(self) -> dict:
         return {
@@ -56,12 +62,17 @@ class ExportRun:
             "seconds": self.seconds,
             "error": self.error,
             "patches": dict(sorted(self.hits.items())),
+            "notes": list(self.notes),
         }
 
 
 def in_export() -> bool:
     """True while the current thread is inside an export entry point."""
     return _RUN.get() is not None
+
+
+# Called from pytree flatten functions too (see count_hit).
+in_export._dynamo_marked_constant = True
 
 
 def current_run():
@@ -170,6 +181,7 @@ def make_entry(original, record):
         _prepare_node_tools()
         run = ExportRun(entry_name)
         token = _RUN.set(run)
+        undos = _start_hooks(args, kwargs)
         try:
             for attempt in range(MAX_RETRIES + 1):
                 try:
@@ -182,6 +194,11 @@ def make_entry(original, record):
             run.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             raise
         finally:
+            for undo in reversed(undos):
+                try:
+                    undo()
+                except Exception:  # a start hook's undo must not hide the export's own outcome
+                    pass
             _RUN.reset(token)
             run.seconds = round(time.time() - run.started, 3)
             _last_run = run
@@ -191,6 +208,31 @@ def make_entry(original, record):
     export_entry.__autopatch_original__ = original
     export_entry.__autopatch_id__ = record.spec.id
     return export_entry
+
+
+def on_export_start(fn):
+    """Runs ``fn(entry_args, entry_kwargs) -> undo`` at the start of every outermost export; returns the undo of
+    this registration."""
+    _START_HOOKS.append(fn)
+
+    def remove() -> str:
+        if fn in _START_HOOKS:
+            _START_HOOKS.remove(fn)
+        return ""
+
+    return remove
+
+
+def _start_hooks(args, kwargs) -> list:
+    undos = []
+    for fn in list(_START_HOOKS):
+        try:
+            undos.append(fn(args, kwargs))
+        except Exception as exc:
+            import logging
+
+            logging.getLogger("autopatch").warning("autopatch: export start hook %s failed: %s", fn.__qualname__, exc)
+    return undos
 
 
 def track(record) -> None:

@@ -9,7 +9,6 @@ lists, one list per kind of state, each holding that state for every layer that 
                                                               # each state of each (5.23: a dict of states per layer;
                                                               # 5.3-5.12: one tensor per kind)
      "cumulative_length": [...],                              # only for static layers (a tensor there)
-     "sliding_length": [empty(seen, 0), ...],                 # only for sliding layers with no full layer beside
      <attribute>: ...}                                        # a subclass's own tensor attributes, by name
 
     cache_dims = [{0: batch, 2: past}] * num_layers
@@ -20,10 +19,15 @@ specs keep working.  ``EncoderDecoderCache`` flattens to ``[self_attention_cache
 
 The context holds structure only: the cache class, each layer's class, its constructor arguments (sliding
 window, max cache length, number of states), which states it holds, a subclass's non-tensor attributes.  Never
-per-call counters: a traced past length must not become a constant of the graph.  A dynamic sliding layer's
-``cumulative_length`` (tokens seen, more than it holds once past its window) is rebuilt on unflatten from traced
-sizes: the key length of the full-attention layers when the cache has any, else the first dimension of its
-``sliding_length`` entry, an empty tensor whose only content is that dynamic size.
+per-call counters: a traced past length must not become a constant of the graph, and no leaf exists that only
+our own dynamic-shapes guesser would mark.  A dynamic sliding layer's ``cumulative_length`` (tokens seen, more
+than it holds once past its window) is rebuilt on unflatten from sizes the caller's keys/values shapes already
+mark: the key length of the full-attention layers when the cache has any; else the layer's own keys length,
+exact inside the window and replaced by the attention mask's count when the model is given one
+(transformers_sliding).
+
+Inside transformers' own exporters of flat graphs (ONNX, OpenVINO, ExecuTorch) the same leaves come in
+transformers' order instead, the one those exporters name the graph's tensors by (transformers_exporters).
 
 Every subclass of DynamicCache and StaticCache is registered, wherever it is defined and whenever: an
 ``__init_subclass__`` hook registers those defined after activation.
@@ -37,7 +41,7 @@ import torch
 
 from .. import scope
 from ..install import Skip
-from . import cache_attributes, pytree_registration
+from . import cache_attributes, pytree_registration, transformers_exporters, transformers_sliding
 
 #: transformers.integrations.executorch.register_dynamic_cache_export_support flattens to the same layout
 #: but rebuilds every layer as a DynamicLayer: sliding-window layers come back as full layers.
@@ -45,8 +49,6 @@ REPLACEABLE = ("transformers.integrations.executorch",)
 
 KV_SLOTS = ("key_cache", "value_cache")
 LINEAR_SLOTS = ("conv_states", "recurrent_states")
-#: Sliding layers' seen-token counts, only for caches with no full-attention layer to take the length from.
-LENGTH_SLOT = "sliding_length"
 #: Constructor arguments a layer may need, read from attributes of the same name.
 CTOR_ARGS = ("sliding_window", "max_cache_len", "number_of_states")
 
@@ -162,17 +164,15 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         layers = tuple(_describe_layer(layer, kinds) for layer in cache.layers)
         return (_qualified(replicate) if replicate is not None else None, layers)
 
-    def flatten(cache):
+    def flatten_own(cache):
         scope.count_hit(patch_id)
         context = context_of(cache)
         grouped: dict = {}
+        if scope.in_export():
+            _contiguous_inputs(cache.layers)
         for layer, description in zip(cache.layers, context[1]):
             for slot, tensor in _layer_slots(layer, description):
                 grouped.setdefault(slot, []).append(tensor)
-        if _full_length(cache.layers, context[1]) is None:
-            for layer, description in zip(cache.layers, context[1]):
-                if _is_dynamic_sliding(description):
-                    grouped.setdefault(LENGTH_SLOT, []).append(_length_carrier(layer))
         # Keys and values always lead, so that the layout matches transformers' own for plain caches.
         names = tuple(n for n in KV_SLOTS if n in grouped or not grouped) + tuple(
             n for n in grouped if n not in KV_SLOTS
@@ -184,14 +184,31 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         children = [grouped.get(n, []) for n in names] + [getattr(cache, n) for n in extras.tensors]
         return children, (names, context, extras)
 
-    def flatten_with_keys(cache):
+    def flatten_keyed(cache):
+        """(children, context, keys): the agent's layout, or transformers' inside its flat-graph exporters."""
+        children, context = flatten_own(cache)
+        if transformers_exporters.flat_graph_layout():
+            return transformers_exporters.to_walk(cache, children, context)
         from torch.utils._pytree import MappingKey
 
-        children, context = flatten(cache)
-        keys = context[0] + context[2].tensors
-        return [(MappingKey(n), child) for n, child in zip(keys, children)], context
+        return children, context, [MappingKey(n) for n in context[0] + context[2].tensors]
+
+    def flatten(cache):
+        children, context, _ = flatten_keyed(cache)
+        return children, context
+
+    def flatten_with_keys(cache):
+        children, context, keys = flatten_keyed(cache)
+        if transformers_exporters.is_walk(context):
+            return transformers_exporters.keyed(children, keys), context
+        return list(zip(keys, children)), context
 
     def unflatten(children, context):
+        if transformers_exporters.is_walk(context):
+            return transformers_exporters.unflatten_walk(children, context, unflatten_own)
+        return unflatten_own(children, context)
+
+    def unflatten_own(children, context):
         names, (replicate, layers), extras = context
         children = list(children)
         queues = {n: list(child) for n, child in zip(names, children)}
@@ -211,7 +228,7 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
                     _fill_state(layer, "recurrent", index, queues["recurrent_states"].pop(0))
                 _set(layer, "has_previous_state", index, previous)
             built.append(layer)
-        _rebuild_sliding_lengths(built, layers, queues.get(LENGTH_SLOT))
+        _rebuild_sliding_lengths(built, layers)
         cache = cache_cls.__new__(cache_cls)
         # The base Cache initialiser: subclasses' own __init__ want a config we do not have and do not need.
         # It takes layers or a class to replicate, not both; a cache that grew layers by replication has both.
@@ -224,6 +241,19 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         return cache
 
     return flatten, unflatten, flatten_with_keys
+
+
+def _contiguous_inputs(layers) -> None:
+    """Gives an export contiguous keys and values. A sliding layer past its window holds a slice of a longer
+    tensor; torch.export traces a view input with symbolic strides and guards that it is *not* contiguous, so
+    the program refuses every cache inside the window (whose keys are whole tensors). The copy has the same
+    values and replaces the view in the caller's layer, once: torch.export flattens its inputs several times and
+    matches them by identity. Real tensors only: traced ones are the program's own."""
+    for layer in layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if type(tensor) is torch.Tensor and not tensor.is_contiguous():
+                setattr(layer, name, tensor.contiguous())
 
 
 def _fill_kv(layer, keys, values, init_takes_values: bool) -> None:
@@ -263,27 +293,16 @@ def _full_length(layers, descriptions):
     return None
 
 
-def _length_carrier(layer):
-    """The number of tokens a sliding layer has seen, as the first dimension of an empty tensor: a dynamic size
-    of the program's inputs (and outputs), never a constant of the graph, and no data to move.
-
-    The same tensor object is returned while the count is unchanged: torch.export flattens its inputs several
-    times and matches dynamic_shapes to tensors by identity, so a fresh tensor per flatten would lose its spec."""
-    carrier = getattr(layer, "_autopatch_length_carrier", None)
-    seen = layer.cumulative_length
-    # Plain ints compare by value; a traced SymInt only by identity (comparing would add a guard).
-    if carrier is None or not (carrier.shape[0] is seen or (type(seen) is int and carrier.shape[0] == seen)):
-        carrier = torch.empty((seen, 0), dtype=layer.keys.dtype, device=layer.keys.device)
-        layer._autopatch_length_carrier = carrier
-    return carrier
-
-
-def _rebuild_sliding_lengths(layers, descriptions, carriers) -> None:
+def _rebuild_sliding_lengths(layers, descriptions) -> None:
+    """A sliding layer's count of seen tokens, from sizes the caller's dynamic shapes already mark: the keys of
+    a full-attention layer (they hold every token), else the layer's own keys (exact inside the window, where
+    the layer still holds every token it has seen; see transformers_sliding)."""
     full = _full_length(layers, descriptions)
-    carriers = list(carriers or ())
     for layer, description in zip(layers, descriptions):
         if _is_dynamic_sliding(description):
-            layer.cumulative_length = full if full is not None else carriers.pop(0).shape[0]
+            layer.cumulative_length = full if full is not None else layer.keys.shape[-2]
+            if full is None:
+                setattr(layer, transformers_sliding.SEEN_FROM_KEYS, True)
 
 
 def _register(cls, codec):
@@ -324,9 +343,12 @@ def register_layered_caches(root_name: str, patch_id: str):
         module.Cache.__init__(probe, layers=[])
         base_attrs = frozenset(vars(probe))
         init = module.Cache.__init__
-        return register_with_subclasses(
+        undo, detail = register_with_subclasses(
             root, lambda cls: _register(cls, make_layered_codec(cls, kinds, init, base_attrs, patch_id))
         )
+        # Caches of sliding layers only take their seen count from the exported module's attention mask.
+        stop_hooking = scope.on_export_start(transformers_sliding.hook_exported_module)
+        return (lambda: stop_hooking() + undo()), detail
 
     return install
 

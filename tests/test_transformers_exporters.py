@@ -1,0 +1,173 @@
+"""Beside transformers' own exporters (5.x `transformers.exporters`): with the agent on, their programs give
+eager's numbers, and a cache flattens to transformers' names and order inside their flat-graph exporters.
+
+The scripts run as a user runs them: a subprocess, the agent switched on by EXPORT_PATCHES alone, the program
+run by transformers' own runner at the traced sizes and at other ones, every output leaf compared with eager."""
+
+import json
+import sys
+
+import pytest
+import torch
+import transformers
+from torch.utils import _pytree as pytree
+
+import zoo
+from conftest import REPO, clean_env, requires
+
+pytestmark = requires("transformers>=5.23")
+ROW = "transformers.exporters.flat_graph_layout"
+TARGET = str(REPO / "tests" / "hf_exporter_target.py")
+
+
+def _run(arch, exporter, selection):
+    import subprocess
+
+    out = subprocess.run([sys.executable, TARGET, arch, exporter], env=clean_env(EXPORT_PATCHES=selection),
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("exporter", ["onnx", "dynamo"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "mistral"])
+def test_exporter_matches_eager_with_the_agent_on(arch, exporter):
+    """OnnxExporter (onnxruntime) and DynamoExporter, each run by its own runner: every leaf (logits, each
+    layer's keys and values) and the output structure equal eager's, at the traced and at other sizes."""
+    pytest.importorskip("onnxruntime", reason="OnnxExporter's runner needs onnxruntime (test extra)")
+    result = _run(arch, exporter, "1")
+    for sizes in ("traced", "other"):
+        assert result[sizes]["same_structure"], result
+        assert len(result[sizes]["diff"]) == 5, result  # logits + keys and values of two layers
+        assert max(result[sizes]["diff"].values()) < 1e-4, (sizes, result[sizes]["diff"])
+
+
+def test_onnx_exporter_gives_wrong_numbers_without_the_row():
+    """The bug the row fixes, as it is without it: transformers names the ONNX inputs layer by layer, the agent's
+    own layout orders them keys first; the shapes agree, so the graph runs, and its numbers are wrong."""
+    pytest.importorskip("onnxruntime", reason="OnnxExporter's runner needs onnxruntime (test extra)")
+    result = _run("llama", "onnx", f"all,-{ROW}")
+    assert max(result["other"]["diff"].values()) > 1e-2, result
+
+
+def _decoder_cache(config_name, model_name, past=6, **extra):
+    config = getattr(transformers, config_name)(**{**zoo.COMMON, **extra})
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(config).eval()
+    return zoo.decode_inputs(model, config, batch=2, past=past, seq=2, seed=1)["past_key_values"]
+
+
+def _caches():
+    """Every layer kind a 5.23 DynamicCache holds, from real models: full (Llama); sliding only, inside its
+    window (Mistral's own 4096) and past it (window 4); sliding beside full (Gemma 3's own 5:1 pattern); linear
+    attention beside full (Qwen3-Next, Jamba); and an EncoderDecoderCache (Bart)."""
+    from test_caches import _hybrid, _hybrid_decode_inputs
+
+    made = {
+        "llama": _decoder_cache("LlamaConfig", "LlamaForCausalLM"),
+        "mistral": _decoder_cache("MistralConfig", "MistralForCausalLM"),
+        "mistral_past_window": _decoder_cache("MistralConfig", "MistralForCausalLM", sliding_window=4),
+        "gemma3": _decoder_cache("Gemma3TextConfig", "Gemma3ForCausalLM", past=9, num_hidden_layers=6, head_dim=16,
+                                 sliding_window=8),
+    }
+    for name in ("qwen3_next", "jamba"):
+        made[name] = _hybrid_decode_inputs(_hybrid(name), 2, 5, 1)["past_key_values"]
+    model, config = zoo.build_seq2seq("bart")
+    made["bart"] = zoo.seq2seq_decode_inputs(model, config, batch=2, source=5, past=3, seq=2, seed=1)[
+        "past_key_values"]
+    return made
+
+
+def test_both_layouts_for_every_layer_kind(agent):
+    """Outside transformers' exporters: the agent's layout (keys of every layer, then values). Inside: the
+    tensors in the order and under the names transformers' own walk gives. Each round-trips to a cache that
+    walks the same and holds the same tensors."""
+    from transformers.exporters.utils import get_leaf_tensors
+
+    from autopatch.patches import transformers_exporters
+
+    agent.enable("1")
+    for name, cache in _caches().items():
+        walk = get_leaf_tensors(vars(cache))
+        own, _ = pytree.tree_flatten(cache)
+        token = transformers_exporters._FLAT_GRAPH.set(True)
+        try:
+            leaves, spec = pytree.tree_flatten(cache)
+            rebuilt = pytree.tree_unflatten(leaves, spec)
+            keyed, _ = pytree.tree_flatten_with_path(cache)
+        finally:
+            transformers_exporters._FLAT_GRAPH.reset(token)
+        assert [id(t) for t in leaves] == [id(t) for t in walk.values()], name
+        assert list(get_leaf_tensors(vars(rebuilt))) == list(walk), name
+        assert all(a is b for a, b in zip(get_leaf_tensors(vars(rebuilt)).values(), walk.values())), name
+        assert len(keyed) == len(walk), name
+        if name != "bart":
+            keys = [layer.keys for layer in cache.layers if getattr(layer, "keys", None) is not None]
+            assert [id(t) for t in own[:len(keys)]] == [id(t) for t in keys], name  # the agent's layout outside
+        # Outside again: the agent's layout, and a spec written inside still unflattens the same way.
+        assert [id(t) for t in pytree.tree_flatten(cache)[0]] == [id(t) for t in own], name
+        again = pytree.tree_unflatten(leaves, spec)
+        assert list(get_leaf_tensors(vars(again))) == list(walk), name
+
+
+def test_walk_spec_survives_a_dump_and_load(agent):
+    """transformers' metadata writes the program's specs with treespec_dumps and its runner reads them back."""
+    from autopatch.patches import transformers_exporters
+
+    agent.enable("1")
+    cache = _caches()["mistral"]
+    token = transformers_exporters._FLAT_GRAPH.set(True)
+    try:
+        leaves, spec = pytree.tree_flatten({"past_key_values": cache})
+    finally:
+        transformers_exporters._FLAT_GRAPH.reset(token)
+    loaded = pytree.treespec_loads(pytree.treespec_dumps(spec))
+    rebuilt = pytree.tree_unflatten(leaves, loaded)["past_key_values"]
+    for a, b in zip(rebuilt.layers, cache.layers):
+        assert a.keys is b.keys and a.values is b.values
+        assert type(a) is type(b) and a.sliding_window == b.sliding_window
+
+
+def test_flatten_of_symbolic_outputs_outside_an_export(agent):
+    """transformers' metadata flattens the traced outputs after the export (record_output_structure): a sliding
+    cache holding symbolic sizes flattens outside any export without raising."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    agent.enable("1")
+    cache = _caches()["mistral"]
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        for layer in cache.layers:
+            layer.keys = mode.from_tensor(layer.keys, static_shapes=False)
+            layer.values = mode.from_tensor(layer.values, static_shapes=False)
+            layer.cumulative_length = layer.keys.shape[-2]
+        leaves, spec = pytree.tree_flatten(cache)
+    assert len(leaves) == 2 * len(cache.layers)
+    assert all(isinstance(leaf, torch.Tensor) for leaf in leaves)
+
+
+class NestedStateCache(transformers.DynamicCache):
+    """A user's cache keeping tensors in a dict beside its layers: the agent's layout carries the dict as one
+    child, which no permutation maps onto transformers' per-tensor names."""
+
+
+def test_a_cache_the_walk_cannot_permute_is_deferred_to_transformers(agent):
+    from autopatch import scope
+    from autopatch.patches import transformers_exporters
+
+    agent.enable("1")
+    cache = NestedStateCache()
+    cache.update(torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4), 0)
+    cache.extra = {"state": torch.randn(2, 5)}
+    run = scope.ExportRun("test")
+    run_token, flag = scope._RUN.set(run), transformers_exporters._FLAT_GRAPH.set(True)
+    try:
+        leaves, spec = pytree.tree_flatten(cache)
+    finally:
+        transformers_exporters._FLAT_GRAPH.reset(flag)
+        scope._RUN.reset(run_token)
+    assert spec.context[0] == transformers_exporters.DEFERRED
+    assert any("NestedStateCache" in note and "transformers' own" in note for note in run.notes)
+    rebuilt = pytree.tree_unflatten(leaves, spec)
+    assert type(rebuilt) is NestedStateCache and rebuilt.extra["state"] is cache.extra["state"]
+    assert rebuilt.layers[0].keys is cache.layers[0].keys
