@@ -814,6 +814,19 @@ PATCHES = (
         "under export the batched all-experts path (the one 4.x uses on accelerators) runs on every device.",
     ),
     PatchSpec(
+        id="transformers.output_capturing.hooks_before_trace",
+        family="transformers",
+        trigger="transformers.utils.output_capturing",
+        target="maybe_install_capturing_hooks",
+        mode="install",
+        replacement="autopatch.patches.transformers_output_capturing:install_hooks_before_trace",
+        requires=(("transformers", ">=5.0"),),
+        reason="strict=True: a 5.x model decorated with capture_outputs installs its output hooks on its first call, "
+        "under a threading.Lock Dynamo cannot enter ('Unsupported context manager ... lock'), so a model (or a "
+        "vision tower) first called inside the export stops. When an export starts, that first-call installation "
+        "runs for the exported module's capturing submodules, outside the trace, as their first eager call would.",
+    ),
+    PatchSpec(
         id="transformers.vision.llava_image_features",
         family="transformers",
         trigger="transformers.models.llava.modeling_llava",
@@ -871,6 +884,24 @@ PATCHES = (
             "rounded bound (`tgt_bound ... not a subset of src_bound`). Rewritten to 5.12's check on the token count.",
         )
         for model, owner in PLACEHOLDER_MASK_MODELS
+    ),
+    # 5.12 and later: the same models share a get_placeholder_mask whose check formats its message eagerly.
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_message",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="rewrite",
+            replacement="autopatch.patches.transformers_vision:placeholder_message_lazy",
+            requires=(("transformers", ">=5.12"),),
+            fingerprints=("f2744c485034",),
+            reason=f"strict=True: {owner}.get_placeholder_mask (5.12+) formats the feature count into its check's "
+            "message before the check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
+            "constant'). Rewritten from the source: the message is a lambda, formatted only on failure.",
+        )
+        # PaliGemma's 5.12+ program answers wrong with and without any patch (README, known limits): no row.
+        for model, owner in PLACEHOLDER_MASK_MODELS if model != "paligemma"
     ),
     *(
         PatchSpec(

@@ -100,7 +100,7 @@ def test_exported_prefill_matches_eager_on_other_image_batches(agent):
         # The runtime check that replaced the Python comparison still rejects mismatched placeholders.
         bad = dict(OTHER, input_ids=OTHER["input_ids"].clone())
         bad["input_ids"][:, 1] = 0  # one placeholder less per sample than image features
-        with pytest.raises(Exception):
+        with pytest.raises(RuntimeError, match="Runtime assertion failed|do not match"):
             program.module()(**bad)
     finally:
         own.disable()
@@ -202,7 +202,7 @@ def test_gemma3_vlm_needs_the_placeholder_patch_before_5_12(make_agent):
     _gemma3_runs_match(model, program)
     bad = _gemma3_prefill(2, 6, 5)
     bad["input_ids"][:, 1] = 0  # one placeholder less per image: the runtime check still refuses it
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="Runtime assertion failed|do not match"):
         program.module()(**bad)
 
 
@@ -247,7 +247,7 @@ def test_vlm_placeholder_mask_fails_without_and_matches_eager_with_it(make_agent
             torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
     bad = vlm_zoo.prefill(name, 2, 6, 5)
     bad["input_ids"][bad["input_ids"] == vlm_zoo.IMAGE_TOKEN] = 0  # no placeholders left: the runtime check refuses
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="Runtime assertion failed|do not match"):
         program.module()(**bad)
 
 
@@ -374,3 +374,63 @@ def test_each_idefics_row_is_needed_on_4x(make_agent, name):
             # The mask reshape is needed only for another number of images per sample, which the program refuses.
             program.module()(**vlm_zoo.idefics_prefill(2, 4, 1, 7))
         own.disable()
+
+
+# --- strict=True (5.12+): the check's eagerly formatted message, and output hooks installed on a first call ------
+
+HOOKS_ROW = "transformers.output_capturing.hooks_before_trace"
+STRICT_VLMS = {"llava": (_build, _prefill), "gemma3": (_gemma3, _gemma3_prefill),
+               **{name: (lambda name=name: vlm_zoo.build(name),
+                         lambda batch, text_len, seed, name=name: vlm_zoo.prefill(name, batch, text_len, seed))
+                  for name in vlm_zoo.NAMES if name != "paligemma"}}  # wrong in every column (README)
+
+
+def _strict_export(model, prefill):
+    traced, other = prefill(2, 5, 1), prefill(3, 7, 2)
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=traced, dynamic_shapes=autopatch.guess_dynamic_shapes(
+            traced, other), strict=True)
+
+
+def _every_leaf_matches(program, model, inputs):
+    with torch.no_grad():
+        got_leaves, got_spec = torch.utils._pytree.tree_flatten(program.module()(**inputs))
+        expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(model(**inputs))
+    assert got_spec == expected_spec
+    for got, expected in zip(got_leaves, expected_leaves):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.requires("transformers>=5.12")
+@pytest.mark.parametrize("name", list(STRICT_VLMS))
+def test_strict_vlm_prefill_needs_the_lazy_placeholder_message(make_agent, name):
+    """Nine VLMs share one 5.12+ get_placeholder_mask whose check formats the feature count into its message
+    before it runs: Dynamo fixes the image batch to do so. With the row the strict program takes other image
+    batches and text lengths, every output leaf as eager's."""
+    build, prefill = STRICT_VLMS[name]
+    model = build()
+    row = f"transformers.vision.{name}_placeholder_message"
+    own = make_agent(registry.PATCHES, f"all,-{row}")
+    with pytest.raises(Exception, match="specialized it to be a constant"):
+        _strict_export(model, prefill)
+    own.disable()
+    make_agent(registry.PATCHES, "all")
+    program = _strict_export(model, prefill)
+    assert row in autopatch.last_export_report()["patches"]
+    for batch, text_len, seed in ((1, 3, 3), (4, 8, 4)):
+        _every_leaf_matches(program, model, prefill(batch, text_len, seed))
+
+
+@pytest.mark.requires("transformers>=5.12")
+def test_strict_export_of_a_model_never_called_before(make_agent):
+    """A Llava exported straight after it is built: its vision tower installs its output hooks on its first call,
+    under a lock Dynamo cannot enter. The row installs them when the export starts, as that first call would."""
+    own = make_agent(registry.PATCHES, f"all,-{HOOKS_ROW}")
+    with pytest.raises(Exception, match="Unsupported context manager"):
+        _strict_export(_build(), _prefill)
+    own.disable()
+    make_agent(registry.PATCHES, "all")
+    model = _build()
+    program = _strict_export(model, _prefill)
+    assert HOOKS_ROW in autopatch.last_export_report()["patches"]
+    _every_leaf_matches(program, model, _prefill(4, 8, 4))

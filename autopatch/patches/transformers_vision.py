@@ -19,9 +19,11 @@ Route patches: eager code keeps the originals.
 from __future__ import annotations
 
 import functools
+import sys
 
 import torch
 
+from .. import scope
 from ..versions import installed
 
 
@@ -93,20 +95,37 @@ def _image_features_v4(
     return _one_tensor(image_features)
 
 
-@functools.lru_cache(maxsize=None)
-def _image_features_for_installed_version():
-    """Built at the first call, when modeling_llava is fully imported. Importing it when this module loads would
-    run llava's own post-import hook while this module is half initialised (another VLM's hook, e.g. Gemma3's,
-    may be what loads this module)."""
-    from transformers.models.llava import modeling_llava as llava
+#: The body for the installed transformers, once built (a plain list: strict=True traces the replacement with
+#: Dynamo, which cannot enter functools.lru_cache's lock).
+_IMAGE_FEATURES: list = []
 
-    if not hasattr(llava, "select_hidden_states"):
-        return _image_features_v4
-    # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision tower
-    # for the selected hidden states only and honour return_dict; the replacement gets the same wrappers.
-    return llava.merge_with_config_defaults(
-        llava.can_return_tuple(llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
-    )
+
+def _image_features_for_installed_version():
+    """Built when an export starts (outside any trace, see _build_before_export), or at the first call. Not when
+    this module loads: importing modeling_llava then would run llava's own post-import hook while this module is
+    half initialised (another VLM's hook, e.g. Gemma3's, may be what loads this module)."""
+    if not _IMAGE_FEATURES:
+        from transformers.models.llava import modeling_llava as llava
+
+        if not hasattr(llava, "select_hidden_states"):
+            _IMAGE_FEATURES.append(_image_features_v4)
+        else:
+            # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision
+            # tower for the selected hidden states only and honour return_dict; the replacement gets the same.
+            _IMAGE_FEATURES.append(llava.merge_with_config_defaults(
+                llava.can_return_tuple(llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
+            ))
+    return _IMAGE_FEATURES[0]
+
+
+def _build_before_export(entry_args, entry_kwargs):
+    """scope.on_export_start callback: builds the body once Llava's module is loaded, before Dynamo traces."""
+    if not _IMAGE_FEATURES and "transformers.models.llava.modeling_llava" in sys.modules:
+        _image_features_for_installed_version()
+    return lambda: None
+
+
+scope.on_export_start(_build_before_export)
 
 
 def llava_image_features(self, *args, **kwargs):
@@ -164,6 +183,22 @@ def placeholder_check_on_token_count(get_placeholder_mask):
         "inputs_embeds[special_image_mask].numel() == image_features.numel()":
         "n_image_tokens * inputs_embeds.shape[-1] == image_features.numel()",
     })
+
+
+#: The check's message in the get_placeholder_mask that Llava, Gemma3 and most 5.12+ VLMs share.
+_PLACEHOLDER_MESSAGE = (
+    'f"Image features and image tokens do not match, tokens: {n_image_tokens}, features: {n_image_features}"'
+)
+
+
+def placeholder_message_lazy(get_placeholder_mask):
+    """A rewriter for that ``get_placeholder_mask`` (5.12+), for strict export: its check's message is an f-string
+    of the feature count, formatted before the check runs. Dynamo turns the symbolic count into text by fixing the
+    image batch (``attention_mask.size()[0]`` specialized to the traced batch). The message becomes a lambda,
+    which transformers' check formats only if it fails in eager code."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(get_placeholder_mask, {_PLACEHOLDER_MESSAGE: f"lambda: {_PLACEHOLDER_MESSAGE}"})
 
 
 def fuyu_image_features(self, pixel_values, **kwargs):
