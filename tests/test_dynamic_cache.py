@@ -124,7 +124,7 @@ def test_prefill_output_needs_the_patch():
         def forward(self, input_ids):
             return model(input_ids=input_ids, use_cache=True).past_key_values
 
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match=r"DynamicCache'> in output, which is not a known type"):
         torch.export.export(Prefill(), (torch.randint(0, 128, (2, 6)),))
 
 

@@ -59,6 +59,9 @@ def test_diff_cli_covers_every_shipped_patch():
 def test_patches_involved_in_graph_and_report(routed):
     x = torch.arange(4.0)
     program = torch.export.export(scope_target.UsesDouble(), (x,))
+    # The program computes the replacement (triple), eager code outside the export the original (double).
+    assert torch.equal(program.module()(x), scope_target.triple(x) + 1)
+    assert torch.equal(scope_target.UsesDouble()(x), scope_target.double(x) + 1)
     pairs = autopatch.compat.diffs.involved_in_graph(routed.records.values(), program.graph)
     assert [(record.spec.id, [n.target for n in nodes]) for record, nodes in pairs] == [
         ("test.double", [torch.ops.aten.mul.Tensor])]

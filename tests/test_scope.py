@@ -4,6 +4,7 @@ import threading
 
 import pytest
 import torch
+import transformers
 
 import autopatch
 import scope_target
@@ -175,7 +176,13 @@ def test_transformers_exporter_wrapper_is_in_scope(agent):
         model, config = train_export.tiny_llama()
         ids = torch.randint(0, config.vocab_size, (1, 5))
         program = export_with_dynamic_cache(model, ids, torch.ones_like(ids))
-        assert program is not None
+        other = torch.randint(0, config.vocab_size, (1, 5))  # its program is static: the traced sizes
+        with torch.no_grad():
+            got = program.module()(input_ids=other, attention_mask=torch.ones_like(other),
+                                   past_key_values=transformers.DynamicCache(config=config), use_cache=True)
+            expected = model(input_ids=other, attention_mask=torch.ones_like(other), use_cache=True)
+        torch.testing.assert_close(got.logits, expected.logits)
+        torch.testing.assert_close(got.past_key_values.layers[0].keys, expected.past_key_values.layers[0].keys)
         report = autopatch.last_export_report()
         assert report["entry"] == "torch.export.export" and report["patches"]["pytree.dynamic_cache"] > 0
     finally:
