@@ -895,7 +895,7 @@ PATCHES = (
             mode="rewrite",
             replacement="autopatch.patches.transformers_vision:placeholder_message_lazy",
             requires=(("transformers", ">=5.12"),),
-            fingerprints=("f2744c485034",),
+            fingerprints=("c17fb3a6d93c", "f2744c485034"),  # 5.12, 5.23 (a type hint and torch.full differ)
             reason=f"strict=True: {owner}.get_placeholder_mask (5.12+) formats the feature count into its check's "
             "message before the check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
             "constant'). Rewritten from the source: the message is a lambda, formatted only on failure.",
