@@ -63,59 +63,92 @@ def fit_to_signature(model, shapes):
     return named
 
 
-def tensors_of(obj, depth=0):
-    """Every tensor of a model output, in a stable order: ModelOutput fields, caches (layers or key/value
-    lists, mamba states, encoder-decoder halves), tuples and lists."""
+# Paths deeper than this are not model outputs (a cache holds layers, a layer holds dicts of states).
+MAX_DEPTH = 10
+
+
+def leaves_of(obj) -> dict:
+    """Every tensor of a model output, by its path: ModelOutput fields and other dicts, lists and tuples, and the
+    attributes (``vars()``) of any other object, such as a cache, its layers and their dicts of linear-attention
+    states.  Objects are walked by their attributes rather than by the column's pytree registration, so that a
+    registration cannot hide a state from the comparison and every column is judged on the same paths.  Numbers
+    and flags that are not tensors are left out: they are a cache's bookkeeping (a sliding layer's seen count),
+    rebuilt at the next step rather than carried by a program (README, `DynamicCache` flattened layout)."""
+    found: dict = {}
+    _walk(obj, "output", found, ())
+    return found
+
+
+def _walk(obj, path: str, found: dict, ancestors: tuple) -> None:
     import torch
 
-    if depth > 6 or obj is None:
-        return []
     if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in tensors_of(item, depth + 1)]
+        found[path] = obj
+        return
+    # An object met again below itself (a layer pointing back at its cache) is a cycle, not a new output; one
+    # object under two paths is walked under both, as the program's unflattened copy will have two.
+    if len(ancestors) > MAX_DEPTH or id(obj) in ancestors:
+        return
+    for key, child in _children(obj):
+        _walk(child, path + key, found, (*ancestors, id(obj)))
+
+
+def _children(obj) -> list:
+    """(path suffix, child) pairs of a container or of an object's attributes; nothing for scalars, classes,
+    functions and modules (a model's weights are not its output)."""
+    import torch
+
     if isinstance(obj, dict):  # ModelOutput is a dict of its non-None fields
-        return [t for key in obj for t in tensors_of(obj[key], depth + 1)]
-    for pair in (("self_attention_cache", "cross_attention_cache"),):
-        if all(hasattr(obj, name) for name in pair):
-            return [t for name in pair for t in tensors_of(getattr(obj, name), depth + 1)]
-    if hasattr(obj, "layers") and isinstance(getattr(obj, "layers"), (list, tuple)):
-        out = []
-        for layer in obj.layers:
-            for name in ("keys", "values", "conv_states", "recurrent_states", "ssm_states"):
-                value = getattr(layer, name, None)
-                if isinstance(value, torch.Tensor):
-                    out.append(value)
-        return out
-    out = []
-    for name in ("key_cache", "value_cache", "conv_states", "ssm_states"):
-        value = getattr(obj, name, None)
-        if value is not None:
-            out += tensors_of(value, depth + 1)
-    return out
+        return [(f"[{key!r}]", value) for key, value in obj.items()]
+    if isinstance(obj, (list, tuple)):
+        return [(f"[{i}]", value) for i, value in enumerate(obj)]
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, type, torch.nn.Module)) or callable(obj):
+        return []
+    try:
+        attributes = vars(obj)
+    except TypeError:  # no __dict__ (torch.dtype, torch.device, slotted objects)
+        return []
+    return [(f".{name}", value) for name, value in attributes.items()]
+
+
+def structure_difference(got: dict, expected: dict) -> str | None:
+    """The first path where the program's output tree and eager's differ (eager's order first), or None."""
+    for path in expected:
+        if path not in got:
+            return f"{path}: in the eager output, missing from the program's"
+    for path in got:
+        if path not in expected:
+            return f"{path}: in the program's output, not in eager's"
+    return None
 
 
 def compare(got, expected) -> tuple[bool, str]:
+    """Every tensor leaf of eager's output against the program's at the same path; the two trees must hold the
+    same paths (a leaf the program drops or adds is a wrong result, not a shorter comparison)."""
     import torch
 
-    g, e = tensors_of(got), tensors_of(expected)
+    g, e = leaves_of(got), leaves_of(expected)
     if not e:
         return False, f"no tensor found in the eager output ({type(expected).__name__})"
-    if len(g) < len(e):
-        return False, f"the program returned {len(g)} tensors, eager {len(e)}"
+    difference = structure_difference(g, e)
+    if difference:
+        return False, "structure: " + difference
     worst = 0.0
-    for i, (a, b) in enumerate(zip(g, e)):
+    for path, b in e.items():
+        a = g[path]
         if a.shape != b.shape:
-            return False, f"output {i}: shape {tuple(a.shape)} vs eager {tuple(b.shape)}"
+            return False, f"{path}: shape {tuple(a.shape)} vs eager {tuple(b.shape)}"
+        if a.dtype != b.dtype:
+            return False, f"{path}: dtype {a.dtype} vs eager {b.dtype}"
         if b.numel() == 0:
             continue
         if b.is_floating_point():
             diff = (a.float() - b.float()).abs().max().item()
             worst = max(worst, diff)
             if not torch.allclose(a.float(), b.float(), atol=1e-4, rtol=1e-4, equal_nan=True):
-                return False, f"output {i}: max abs diff {diff:.3g}"
+                return False, f"{path}: max abs diff {diff:.3g}"
         elif not torch.equal(a, b):
-            return False, f"output {i}: integer values differ"
+            return False, f"{path}: integer values differ"
     return True, f"max abs diff {worst:.3g} over {len(e)} tensors"
 
 

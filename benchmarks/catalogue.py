@@ -11,6 +11,14 @@ Every case has a builder returning ``(model, inputs_a, inputs_b, inputs_c)``:
 Inputs are keyword dicts.  Cases whose config class is missing in the installed transformers are
 "unavailable" on that version (nothing else is skipped).  This module imports torch and transformers lazily:
 ``CASES`` can be listed without them.
+
+Real regimes (issue 15): only sizes are shrunk (layers, hidden, heads, vocab, intermediate).  What chooses a code
+path keeps the config class's own value: ``sliding_window``, ``layer_types`` and the other per-layer patterns,
+``max_position_embeddings``, rope parameters, the attention implementation; the layer count grows until the
+class's own pattern holds every kind of layer (``own_depth``: Gemma 3's five sliding layers and one full layer
+need 6).  A regime that needs a special value is an extra case with its own name beside the real one
+(``*_past_window``: a window of 4 that every input set is past).  Every decoder and vision-language case has a
+``*_padded`` twin whose batches are left-padded, differently in A, B and C.
 """
 
 from __future__ import annotations
@@ -20,13 +28,21 @@ import inspect
 from pathlib import Path
 from typing import Callable
 
-# Shared tiny sizes (hidden 64, 2 layers, 4 heads, 2 kv heads, vocab 128).
+# Shared tiny sizes (hidden 64, at least 2 layers, 4 heads, 2 kv heads, vocab 128); sizes only, no code path.
 TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+            num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 # Sizes: prefill (batch, seq); decode (batch, past, seq).  b differs from a in every size, c differs again.
 PREFILL = [(2, 5), (3, 7), (4, 9)]
 DECODE = [(2, 6, 3), (3, 8, 2), (1, 9, 1)]
+# A padded batch has rows of its own lengths: C keeps at least two rows (one row alone is never padded).
+PADDED_DECODE = [(2, 6, 3), (3, 8, 2), (4, 9, 1)]
+RECURRENT_DECODE = [(2, 6, 1), (3, 8, 1), (4, 9, 1)]  # one token at a time, the cache position says where
+
+# The special window of the *_past_window cases: every decode set's past (6, 8, 9) and every prefill (5-9
+# tokens) is beyond it.  transformers branches in Python on "past the window or not", so the real windows (4096,
+# 128) never reach that branch at these sizes: it gets cases of its own.
+PAST_WINDOW = 4
 
 
 @dataclasses.dataclass
@@ -102,13 +118,130 @@ def _vocab(config):
     return getattr(config, "vocab_size", 128)
 
 
-def _prefill_inputs(model, config, batch, seq, seed):
+# ---------------------------------------------------------------------------------------------------------------
+# the config class's own layer pattern at a tiny depth
+# ---------------------------------------------------------------------------------------------------------------
+
+# A per-layer list with more kinds than this is a list of layer indices (Llama 4's moe_layers), not a pattern.
+MAX_PATTERN_KINDS = 4
+# The deepest pattern prefix the catalogue and the sweep build (Gemma 3n's activation sparsity needs 11 layers).
+MAX_DEPTH = 16
+
+
+def layer_count(config) -> int | None:
+    for key in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def layer_patterns(config) -> dict:
+    """The config's per-layer patterns, by attribute: lists with one entry per layer and a few kinds of entry
+    (``layer_types``, a hybrid's ``layers_block_type``, SmolLM3's ``no_rope_layers``, ...), stored or computed."""
+    depth = layer_count(config)
+    patterns = {}
+    if not depth or depth < 2:
+        return patterns
+    for name in dir(config):
+        if name.startswith("_"):
+            continue
+        try:
+            value = getattr(config, name)
+        except Exception:  # a property that needs what a default config does not have
+            continue
+        if not isinstance(value, (list, tuple)) or len(value) != depth:
+            continue
+        if not all(isinstance(item, (str, int, float, bool)) for item in value):
+            continue
+        if 1 < len(set(value)) <= MAX_PATTERN_KINDS:
+            patterns[name] = list(value)
+    return patterns
+
+
+def own_depth(config, floor: int = 2) -> int:
+    """Fewest layers (at least ``floor``) whose prefix of every per-layer pattern of ``config`` (at the class's
+    own depth) holds every kind of layer the whole pattern holds: the real model's first layers."""
+    needed = floor
+    for values in layer_patterns(config).values():
+        needed = max(needed, *(values.index(kind) + 1 for kind in set(values)))
+    return min(needed, MAX_DEPTH)
+
+
+def at_own_depth(config_class, kwargs: dict) -> dict:
+    """``kwargs`` with as many layers as the class's own pattern needs (``own_depth``), the class built at its
+    own depth to read that pattern.  A case that gives its own ``layer_types`` chose its pattern."""
+    if "layer_types" in kwargs:
+        return kwargs
+    floor = kwargs.get("num_hidden_layers", 2)
+    deep = config_class(**{k: v for k, v in kwargs.items() if k != "num_hidden_layers"})
+    return {**kwargs, "num_hidden_layers": own_depth(deep, floor)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# left-padded batches
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def left_pads(batch: int, room: int, k: int) -> list:
+    """Pad counts per row of input set ``k``: one row unpadded (the longest, which a tokenizer pads the others
+    to), the others by amounts that differ from set to set; never more than ``room - 1`` (``room`` >= 2 tokens),
+    so that every row keeps a token of its own."""
+    unpadded = k % batch
+    return [0 if row == unpadded else 1 + (row + k) % (room - 1) for row in range(batch)]
+
+
+def _pad_id(config) -> int:
+    text = getattr(config, "text_config", None) or config
+    for owner in (text, config):
+        value = getattr(owner, "pad_token_id", None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def left_pad(inputs: dict, pads: list, pad_id: int) -> dict:
+    """Shifts each row of ``input_ids`` (and of ``attention_mask``) right by its pad count: pad tokens with mask 0
+    at the start, the row's last tokens dropped (plain text, after any image placeholders)."""
+    import torch
+
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    for row, pad in enumerate(pads):
+        if pad:
+            ids[row] = torch.cat([torch.full((pad,), pad_id, dtype=ids.dtype), ids[row, :-pad]])
+            mask[row] = torch.cat([torch.zeros(pad, dtype=mask.dtype), mask[row, :-pad]])
+    return inputs
+
+
+def generate_positions(model, inputs: dict, new_tokens: int) -> dict:
+    """``position_ids`` as ``generate()`` makes them for a padded batch (the mask's running count) when the
+    model takes them: real rows start at position 0 whatever their padding."""
+    if not _accepts(model, "position_ids"):
+        return inputs
+    mask = inputs["attention_mask"]
+    positions = mask.long().cumsum(-1) - 1
+    # the value at pad positions is generate()'s own: 1 on transformers 4, 0 on 5 (never attended)
+    positions = positions.masked_fill(mask == 0, 0 if transformers_major() >= 5 else 1)
+    inputs["position_ids"] = positions[:, -new_tokens:]
+    return inputs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# decoder inputs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _prefill_inputs(model, config, batch, seq, seed, pads=None):
     import torch
 
     g = _gen(seed)
     inputs = {"input_ids": _ids(g, _vocab(config), batch, seq)}
-    if _accepts(model, "attention_mask") and not getattr(config, "model_type", "").startswith("mamba"):
+    # a mamba model's mask only matters when a batch is padded (generate() passes it then)
+    mamba = getattr(config, "model_type", "").startswith("mamba")
+    if _accepts(model, "attention_mask") and (pads is not None or not mamba):
         inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
+    if pads is not None:
+        generate_positions(model, left_pad(inputs, pads, _pad_id(config)), seq)
     inputs["use_cache"] = False
     return inputs
 
@@ -131,13 +264,18 @@ def _hybrid_cache_class(model):
     return None
 
 
-def _decode_inputs(model, config, batch, past, seq, seed, cache_position=False):
-    """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects."""
+def _decode_inputs(model, config, batch, past, seq, seed, cache_position=False, pads=None):
+    """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects.  With
+    ``pads`` that prefill is left-padded (its mask and positions as generate() gives them), and the step's mask
+    is the prefill's followed by the new tokens."""
     import torch
 
     g = _gen(seed)
     vocab = _vocab(config)
     prefill = {"input_ids": _ids(g, vocab, batch, past), "use_cache": True}
+    if pads is not None:
+        prefill["attention_mask"] = torch.ones(batch, past, dtype=torch.long)
+        generate_positions(model, left_pad(prefill, pads, _pad_id(config)), past)
     if cache_position:
         prefill["cache_position"] = torch.arange(past)
     hybrid = not cache_position and _hybrid_cache_class(model) is not None
@@ -148,51 +286,72 @@ def _decode_inputs(model, config, batch, past, seq, seed, cache_position=False):
     with torch.no_grad():
         name, cache = _find_cache(model(**prefill))
     inputs = {"input_ids": _ids(g, vocab, batch, seq), name: cache}
+    # Mamba's generate() drops the mask after the prefill (the state holds the padding already): so does its case.
     if _accepts(model, "attention_mask") and not cache_position:
-        inputs["attention_mask"] = torch.ones(batch, past + seq, dtype=torch.long)
+        past_mask = prefill.get("attention_mask", torch.ones(batch, past, dtype=torch.long))
+        inputs["attention_mask"] = torch.cat([past_mask, torch.ones(batch, seq, dtype=torch.long)], dim=1)
+        if pads is not None:
+            generate_positions(model, inputs, seq)
     if cache_position or hybrid:
         inputs["cache_position"] = torch.arange(past, past + seq)
         inputs["use_cache"] = True
     return inputs
 
 
+PADDED_NOTE = ("left-padded batch, padded differently in A, B and C; position_ids from the mask as generate() makes "
+               "them")
+
+
 def decoder_case(name, config_name, model_name, kind, family="decoder", note="", cache_position=False, sizes=None,
-                 **config):
+                 variant="", padded=False, **config):
+    """``name/kind`` with the class's own code-path settings, ``variant`` naming a special regime's case
+    (``_past_window``), ``padded`` its left-padded twin (``_padded``)."""
     kwargs = {**TINY, **config}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    if padded:
+        if kind == "decode" and sizes is None:
+            sizes = PADDED_DECODE
+        no_step_mask = "the step takes no mask (generate() drops it after the prefill): the padding is in the state"
+        note = "; ".join(n for n in (note, PADDED_NOTE, no_step_mask if cache_position else "") if n)
 
     def build():
-        model, cfg = make_model(config_name, model_name, **kwargs)
+        model, cfg = make_model(config_name, model_name, **at_own_depth(getattr(_tf(), config_name), kwargs))
         if kind == "prefill":
-            sets = [_prefill_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(sizes or PREFILL)]
+            sets = [_prefill_inputs(model, cfg, *s, seed=k + 1, pads=left_pads(s[0], s[1], k) if padded else None)
+                    for k, s in enumerate(sizes or PREFILL)]
         else:
-            sets = [_decode_inputs(model, cfg, *s, seed=i + 1, cache_position=cache_position)
-                    for i, s in enumerate(sizes or DECODE)]
+            sets = [_decode_inputs(model, cfg, *s, seed=k + 1, cache_position=cache_position,
+                                   pads=left_pads(s[0], s[1], k) if padded else None)
+                    for k, s in enumerate(sizes or DECODE)]
         return (model, *sets)
 
-    return Case(f"{name}/{kind}", family, kind, build, needs=(config_name, model_name), note=note)
+    suffix = variant + ("_padded" if padded else "")
+    return Case(f"{name}/{kind}{suffix}", family, kind, build, needs=(config_name, model_name), note=note)
+
+
+def with_padded(name, config_name, model_name, kind, **options) -> list:
+    """The case and its left-padded twin."""
+    return [decoder_case(name, config_name, model_name, kind, padded=padded, **options) for padded in (False, True)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # decoder-only language models: prefill (use_cache=False) and decode with the model's own cache
 # ---------------------------------------------------------------------------------------------------------------
 
-SLIDING = dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])
-
 DECODERS = [
-    # name, config, model, family, extra config
+    # name, config, model, family, extra config (sizes; the sliding windows and layer patterns are the class's own)
     ("llama", "LlamaConfig", "LlamaForCausalLM", "decoder", {}),
     ("mistral", "MistralConfig", "MistralForCausalLM", "decoder", {}),
     ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "decoder", {}),
     ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "decoder", dict(head_dim=16)),
     ("gemma", "GemmaConfig", "GemmaForCausalLM", "decoder", dict(head_dim=16)),
-    ("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "decoder", dict(head_dim=16, sliding_window=4)),
-    ("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "decoder", dict(head_dim=16, **SLIDING)),
+    ("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "decoder", dict(head_dim=16)),
+    ("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "decoder", dict(head_dim=16)),
     ("phi3", "Phi3Config", "Phi3ForCausalLM", "decoder", dict(pad_token_id=0)),
     ("phi", "PhiConfig", "PhiForCausalLM", "decoder", {}),
     ("gpt2", "GPT2Config", "GPT2LMHeadModel", "decoder",
-     dict(n_embd=64, n_layer=2, n_head=4, n_positions=256, hidden_size=None, intermediate_size=None,
-          num_hidden_layers=None, num_attention_heads=None, num_key_value_heads=None, max_position_embeddings=None)),
+     dict(n_embd=64, n_layer=2, n_head=4, hidden_size=None, intermediate_size=None, num_hidden_layers=None,
+          num_attention_heads=None, num_key_value_heads=None)),
     ("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", "decoder", dict(num_key_value_heads=None)),
     ("falcon", "FalconConfig", "FalconForCausalLM", "decoder", dict(num_key_value_heads=None, new_decoder_architecture=True, num_kv_heads=2)),
     ("olmo2", "Olmo2Config", "Olmo2ForCausalLM", "decoder", {}),
@@ -207,17 +366,15 @@ DECODERS = [
     ("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "moe",
      dict(head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
     ("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "moe",
-     dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **SLIDING)),
-    ("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", "moe",
-     dict(num_local_experts=4, num_experts_per_tok=2, layer_types=["full_attention", "full_attention"])),
+     dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2)),
+    # Full-attention and lightning (linear) attention layers, the class's own alternation.
+    ("minimax", "MiniMaxConfig", "MiniMaxForCausalLM", "moe", dict(num_local_experts=4, num_experts_per_tok=2)),
     ("dots1", "Dots1Config", "Dots1ForCausalLM", "moe",
      dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
           first_k_dense_replace=0, n_group=1, topk_group=1)),
     ("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM", "moe",
      dict(n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
           first_k_dense_replace=0, n_group=1, topk_group=1)),
-    # Sliding layers only (no full-attention layer to take the length from), decoded past the window.
-    ("mistral_sliding", "MistralConfig", "MistralForCausalLM", "decoder", dict(sliding_window=4)),
     # MLA (keys and values of different head dims); dense layers and MoE layers.
     ("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", "moe",
      dict(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
@@ -225,29 +382,40 @@ DECODERS = [
           moe_intermediate_size=32, n_group=1, topk_group=1)),
 ]
 
+# Past-the-window cases (window PAST_WINDOW), beside the real ones: case name, the DECODERS row of its model, kinds.
+PAST_WINDOW_CASES = [
+    ("gemma2", "gemma2", ("prefill", "decode")),
+    ("gemma3_text", "gemma3_text", ("prefill", "decode")),
+    ("gpt_oss", "gpt_oss", ("prefill", "decode")),
+    # Sliding layers only: no full-attention layer to take the seen count from, only the step's attention mask.
+    ("mistral_sliding", "mistral", ("decode",)),
+]
+
 RECURRENT = [
     ("mamba", "MambaConfig", "MambaForCausalLM",
      dict(state_size=8, expand=2, conv_kernel=4, time_step_rank=8, intermediate_size=None, num_attention_heads=None,
-          num_key_value_heads=None, max_position_embeddings=None)),
+          num_key_value_heads=None)),
+    # The class's own block pattern (attention every 8 layers from the 5th): 5 layers.
     ("jamba", "JambaConfig", "JambaForCausalLM",
-     dict(num_experts=2, num_experts_per_tok=1, expert_layer_period=2, expert_layer_offset=1, attn_layer_period=2,
-          attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8,
-          use_mamba_kernels=False)),
+     dict(num_experts=2, num_experts_per_tok=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8,
+          mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8, use_mamba_kernels=False)),
+    # The class's own default has no attention layer at all; a real Bamba has a few among mamba layers.
     ("bamba", "BambaConfig", "BambaForCausalLM",
      dict(attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8,
           mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)),
     ("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM",
      dict(mamba_n_heads=4, mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
           mamba_chunk_size=8, mamba_d_ssm=128, head_dim=16)),
+    # As for Bamba: the class's own default is mamba layers only.
     ("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
      dict(layer_types=["mamba", "attention"], num_local_experts=0, shared_intermediate_size=64, mamba_n_heads=4,
           mamba_d_head=32, mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)),
-    # Gated delta-net (linear attention) layers next to full attention; dense MLPs.
+    # Gated delta-net (linear attention) layers and a full-attention layer, the class's own 3:1 (4 layers), its
+    # own MoE MLPs.
     ("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM",
-     dict(head_dim=16, layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
-          linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
-          num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16,
-          mlp_only_layers=[0, 1])),
+     dict(head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
+          linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
+          moe_intermediate_size=16, shared_expert_intermediate_size=16)),
 ]
 
 
@@ -258,21 +426,11 @@ WITH_PREFILL = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "
                 "qwen3_moe", "gpt_oss", "deepseek_v3", "mamba"}
 
 
-def _decoder_cases():
-    cases = []
-    for name, config_name, model_name, family, extra in DECODERS:
-        for kind in ("prefill", "decode") if name in WITH_PREFILL else ("decode",):
-            cases.append(decoder_case(name, config_name, model_name, kind, family=family, **extra))
-    for name, config_name, model_name, extra in RECURRENT:
-        if name in WITH_PREFILL:
-            cases.append(decoder_case(name, config_name, model_name, "prefill", family="ssm", **extra))
-        # Recurrent decode: one token at a time, the cache position says where.
-        cases.append(decoder_case(name, config_name, model_name, "decode", family="ssm",
-                                  cache_position=(name == "mamba"),
-                                  sizes=[(2, 6, 1), (3, 8, 1), (4, 9, 1)], **extra))
-    # RoPE variants on llama (and longrope on phi3, whose config carries the factors).
+def _rope_variants():
+    """RoPE variants on llama (and longrope on phi3, whose config carries the factors): each is a regime of its
+    own, named for it."""
     half = 16 // 2  # head_dim 16 -> 8 inverse frequencies
-    variants = [
+    return [
         ("llama_rope_dynamic", "LlamaConfig", "LlamaForCausalLM", rope("dynamic", factor=2.0)),
         ("llama_rope_yarn", "LlamaConfig", "LlamaForCausalLM",
          rope("yarn", factor=4.0, original_max_position_embeddings=64)),
@@ -282,9 +440,27 @@ def _decoder_cases():
          dict(pad_token_id=0, original_max_position_embeddings=8,
               **rope("longrope", short_factor=[1.0] * half, long_factor=[2.0] * half))),
     ]
-    for name, config_name, model_name, extra in variants:
-        for kind in ("decode",):
-            cases.append(decoder_case(name, config_name, model_name, kind, family="decoder-rope", **extra))
+
+
+def _decoder_cases():
+    cases = []
+    rows = {row[0]: row for row in DECODERS}
+    for name, config_name, model_name, family, extra in DECODERS:
+        for kind in ("prefill", "decode") if name in WITH_PREFILL else ("decode",):
+            cases += with_padded(name, config_name, model_name, kind, family=family, **extra)
+    for name, row, kinds in PAST_WINDOW_CASES:
+        _, config_name, model_name, family, extra = rows[row]
+        for kind in kinds:
+            cases += with_padded(name, config_name, model_name, kind, family=family, variant="_past_window",
+                                 note=f"sliding_window {PAST_WINDOW} (the class's own is larger): every set past it",
+                                 **{**extra, "sliding_window": PAST_WINDOW})
+    for name, config_name, model_name, extra in RECURRENT:
+        if name in WITH_PREFILL:
+            cases += with_padded(name, config_name, model_name, "prefill", family="ssm", **extra)
+        cases += with_padded(name, config_name, model_name, "decode", family="ssm", cache_position=(name == "mamba"),
+                             sizes=RECURRENT_DECODE, **extra)
+    for name, config_name, model_name, extra in _rope_variants():
+        cases += with_padded(name, config_name, model_name, "decode", family="decoder-rope", **extra)
     return cases
 
 
@@ -293,8 +469,8 @@ def _decoder_cases():
 # ---------------------------------------------------------------------------------------------------------------
 
 BART_LIKE = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                 decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=128,
-                 pad_token_id=1, decoder_start_token_id=2, eos_token_id=2)
+                 decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, pad_token_id=1,
+                 decoder_start_token_id=2, eos_token_id=2)
 
 SEQ2SEQ = [
     ("bart", "BartConfig", "BartForConditionalGeneration", BART_LIKE),
@@ -376,10 +552,11 @@ def _seq2seq_cases():
                               needs=(config_name, model_name), note="float16: the encoder's clamp `if`"))
         cases.append(Case(f"{name}/decode", "seq2seq", "decode", decode, needs=(config_name, model_name)))
 
+    # max_source_positions is a size here: the encoder takes exactly twice as many frames, and no branch reads it.
     whisper = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                    decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
-                   max_source_positions=16, max_target_positions=64, pad_token_id=1, decoder_start_token_id=2,
-                   eos_token_id=2, bos_token_id=2, suppress_tokens=None, begin_suppress_tokens=None)
+                   max_source_positions=16, pad_token_id=1, decoder_start_token_id=2, eos_token_id=2,
+                   bos_token_id=2, suppress_tokens=None, begin_suppress_tokens=None)
 
     def whisper_case(decode):
         def build():
@@ -403,23 +580,27 @@ ENCODERS = [
     ("bert", "BertConfig", "BertModel", {}),
     ("roberta", "RobertaConfig", "RobertaModel", dict(pad_token_id=1)),
     ("deberta_v2", "DebertaV2Config", "DebertaV2Model", {}),
-    ("modernbert", "ModernBertConfig", "ModernBertModel",
-     dict(global_attn_every_n_layers=2, local_attention=8, cls_token_id=1, sep_token_id=2)),
+    # The class's own local window (128) and global layer every 3rd: inert at these lengths, as for short inputs.
+    ("modernbert", "ModernBertConfig", "ModernBertModel", dict(cls_token_id=1, sep_token_id=2)),
+]
+
+# A local window of 8 (4 tokens each side) that every input set (5-9 tokens) is past: a case of its own.
+ENCODERS_PAST_WINDOW = [
+    ("modernbert", dict(local_attention=8), "local_attention 8 (the class's own is 128): every set past its window"),
 ]
 
 
 def _encoder_cases():
     import_free = []
-    for name, config_name, model_name, extra in ENCODERS:
-        kwargs = {**TINY, "num_key_value_heads": None, "max_position_embeddings": 128, **extra}
-        if name == "distilbert":
-            kwargs = extra
+
+    def encoder(name, config_name, model_name, extra, variant="", note=""):
+        kwargs = {**TINY, "num_key_value_heads": None, **extra}
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
 
-        def build(config_name=config_name, model_name=model_name, kwargs=kwargs):
+        def build():
             import torch
 
-            model, cfg = make_model(config_name, model_name, **kwargs)
+            model, cfg = make_model(config_name, model_name, **at_own_depth(getattr(_tf(), config_name), kwargs))
             sets = []
             for i, (batch, seq) in enumerate(PREFILL):
                 g = _gen(i + 1)
@@ -427,7 +608,16 @@ def _encoder_cases():
                              "attention_mask": torch.ones(batch, seq, dtype=torch.long)})
             return (model, *sets)
 
-        import_free.append(Case(f"{name}/forward", "encoder", "forward", build, needs=(config_name, model_name)))
+        return Case(f"{name}/forward{variant}", "encoder", "forward", build, needs=(config_name, model_name),
+                    note=note)
+
+    rows = {row[0]: row for row in ENCODERS}
+    for name, config_name, model_name, extra in ENCODERS:
+        import_free.append(encoder(name, config_name, model_name, extra))
+    for name, special, note in ENCODERS_PAST_WINDOW:
+        _, config_name, model_name, extra = rows[name]
+        import_free.append(encoder(name, config_name, model_name, {**extra, **special}, variant="_past_window",
+                                   note=note))
 
     def vision(name, config_name, model_name, kwargs, channels=3):
         def build():
@@ -452,7 +642,7 @@ def _encoder_cases():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _llava():
+def _llava(padded=False):
     import torch
 
     tf = _tf()
@@ -473,7 +663,20 @@ def _llava():
         ids = torch.cat([torch.full((batch, 4), image_token), text_ids], dim=1)  # 4 patches, CLS dropped
         sets.append({"input_ids": ids, "attention_mask": torch.ones_like(ids),
                      "pixel_values": torch.randn(batch, 3, 16, 16, generator=g), "use_cache": False})
+    if padded:
+        sets = _left_padded(model, sets, [seq for _, seq in PREFILL])
     return (model, *sets)
+
+
+def _left_padded(model, sets: list, rooms: list) -> list:
+    """Prefill sets of a vision-language model left-padded: set k's rows by ``left_pads``, never more than its
+    text length ``rooms[k]`` minus one, so that only text after the image placeholders is dropped and every row
+    keeps its images."""
+    pad_id = _pad_id(model.config)
+    for k, (inputs, room) in enumerate(zip(sets, rooms)):
+        left_pad(inputs, left_pads(inputs["input_ids"].shape[0], room, k), pad_id)
+        generate_positions(model, inputs, inputs["input_ids"].shape[1])
+    return sets
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -614,36 +817,82 @@ def _vlm_zoo():
     return vlm_zoo
 
 
+# What the tests' zoo pins for the tests' own regimes, given back to each text config class here: the zoo's
+# max_position_embeddings 256, and Cohere2's window 4 in a two-layer pattern (aya_vision, cohere2_vision).
+ZOO_PINNED = ("max_position_embeddings", "sliding_window", "layer_types", "sliding_window_pattern",
+              "_sliding_window_pattern", "rope_parameters", "rope_scaling")
+
+# Vision-language models whose text model has sliding layers: also past a window of PAST_WINDOW.
+VLM_PAST_WINDOW = ("aya_vision", "cohere2_vision")
+
+
+def own_text_settings(model, **special):
+    """The zoo's model rebuilt (same seed, same sizes) with its text config class's own code-path settings
+    (``ZOO_PINNED``) and pattern depth, then ``special`` (a past-the-window case's window)."""
+    import torch
+
+    config, text = model.config, model.config.text_config
+    kwargs = {k: v for k, v in text.to_dict().items() if k not in ZOO_PINNED}
+    config.text_config = type(text)(**at_own_depth(type(text), {**kwargs, **special}))
+    torch.manual_seed(0)
+    return type(model)(config).eval()
+
+
 def _vlm_cases():
-    def case(name, config_class):
+    def case(name, config_class, padded=False, variant="", special=None):
         def build():
             zoo = _vlm_zoo()
+            model = own_text_settings(zoo.build(name), **(special or {}))
             sets = [{**zoo.prefill(name, batch, seq, seed=i + 1), "use_cache": False}
                     for i, (batch, seq) in enumerate(PREFILL)]
-            return (zoo.build(name), *sets)
+            if padded:
+                sets = _left_padded(model, sets, [seq for _, seq in PREFILL])
+            return (model, *sets)
 
-        return Case(f"{name}/prefill", "vlm", "prefill", build, needs=(config_class,),
-                    note="4 image tokens per image, dynamic image batch and text length")
+        return Case(f"{name}/prefill{variant}{'_padded' if padded else ''}", "vlm", "prefill", build,
+                    needs=(config_class,), note=_vlm_note("4 image tokens per image, dynamic image batch and text "
+                                                          "length", padded, special))
 
-    def idefics(name, config_class):
+    def idefics(name, config_class, padded=False):
+        sizes = [(2, 5, 2), (3, 7, 3), (4, 9, 1)]
+
         def build():
             zoo = _vlm_zoo()
+            model = own_text_settings(zoo.build_idefics(name))
             sets = [{**zoo.idefics_prefill(batch, seq, images, seed=i + 1), "use_cache": False}
-                    for i, (batch, seq, images) in enumerate([(2, 5, 2), (3, 7, 3), (4, 9, 1)])]
-            return (zoo.build_idefics(name), *sets)
+                    for i, (batch, seq, images) in enumerate(sizes)]
+            if padded:
+                sets = _left_padded(model, sets, [seq for _, seq, _ in sizes])
+            return (model, *sets)
 
-        return Case(f"{name}/prefill", "vlm", "prefill", build, needs=(config_class,),
-                    note="several images per sample: dynamic batch, images per sample and text length")
+        return Case(f"{name}/prefill{'_padded' if padded else ''}", "vlm", "prefill", build, needs=(config_class,),
+                    note=_vlm_note("several images per sample: dynamic batch, images per sample and text length",
+                                   padded))
 
-    return ([case(name, config_class) for name, config_class in VLM_ZOO]
-            + [idefics(name, config_class) for name, config_class in IDEFICS_ZOO])
+    cases = []
+    for name, config_class in VLM_ZOO:
+        cases += [case(name, config_class, padded) for padded in (False, True)]
+        if name in VLM_PAST_WINDOW:
+            cases += [case(name, config_class, padded, "_past_window", {"sliding_window": PAST_WINDOW})
+                      for padded in (False, True)]
+    for name, config_class in IDEFICS_ZOO:
+        cases += [idefics(name, config_class, padded) for padded in (False, True)]
+    return cases
+
+
+def _vlm_note(note, padded, special=None):
+    if special:
+        note += f"; sliding_window {special['sliding_window']} (the class's own is larger): every set past it"
+    return note + ("; " + PADDED_NOTE if padded else "")
 
 
 def all_cases():
     cases = _torch_cases() + _decoder_cases() + _seq2seq_cases() + _encoder_cases()
-    cases.append(Case("llava/prefill", "vlm", "prefill", _llava,
-                      needs=("LlavaConfig", "LlavaForConditionalGeneration", "CLIPVisionConfig"),
-                      note="CLIP vision tower + llama, 4 image tokens, dynamic batch and text length"))
+    llava_note = "CLIP vision tower + llama, 4 image tokens, dynamic batch and text length"
+    needs = ("LlavaConfig", "LlavaForConditionalGeneration", "CLIPVisionConfig")
+    cases.append(Case("llava/prefill", "vlm", "prefill", _llava, needs=needs, note=llava_note))
+    cases.append(Case("llava/prefill_padded", "vlm", "prefill", lambda: _llava(padded=True), needs=needs,
+                      note=_vlm_note(llava_note, True)))
     return cases + _vlm_cases()
 
 
@@ -654,6 +903,9 @@ CASES = {case.name: case for case in all_cases()}
 # shrinking a default config (for the --sweep)
 # ---------------------------------------------------------------------------------------------------------------
 
+# Sizes only: what chooses a code path (sliding_window, layer_types, max_position_embeddings / n_positions, rope
+# parameters, the attention implementation) keeps the default config's value.  The layer counts below are floors:
+# shrink_config keeps as many layers as the config's own per-layer patterns need (own_depth).
 SHRINK = {
     "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "head_dim": 16, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128,
@@ -665,33 +917,42 @@ SHRINK = {
     "qk_nope_head_dim": 8, "v_head_dim": 16, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
     "state_size": 8, "mamba_d_state": 8, "time_step_rank": 8, "mamba_dt_rank": 8, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_kv_heads": 2,
-    # sliding_window 4: every decode set's past (6, 8, 9) is beyond it. transformers branches in Python on "past
-    # the window or not", so a window between the traced and the run past would test that branch, not the export.
-    "n_positions": 256, "max_position_embeddings": 256, "embedding_size": 64, "sliding_window": 4,
-    "decoder_vocab_size": 128, "use_mamba_kernels": False,
+    "embedding_size": 64, "decoder_vocab_size": 128, "use_mamba_kernels": False,
 }
+LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers",
+                "decoder_layers")
 
 
 def shrink_config(config):
-    """A default config shrunk to tiny sizes: every known size attribute it has (and its sub-configs) is set."""
+    """A default config shrunk to tiny sizes: every known size attribute it has (and its sub-configs) is set;
+    its layers are the first ``own_depth`` of the real model's, every per-layer list cut to them."""
+    full_depth, depth = layer_count(config), own_depth(config)
     for key, value in SHRINK.items():
         if hasattr(config, key) and not callable(getattr(config, key)):
             current = getattr(config, key)
-            if current is None and key in ("sliding_window", "q_lora_rank", "head_dim"):
+            if current is None and key in ("q_lora_rank", "head_dim"):
                 continue
             if isinstance(current, bool) != isinstance(value, bool):
                 continue
             try:
-                setattr(config, key, value)
+                setattr(config, key, max(value, depth) if key in LAYER_COUNTS else value)
             except Exception:
                 pass
-    if getattr(config, "layer_types", None) is not None:
-        try:
-            config.layer_types = list(config.layer_types)[: getattr(config, "num_hidden_layers", 2)]
-        except Exception:
-            pass
+    if full_depth:
+        _cut_layer_lists(config, full_depth, layer_count(config))
     for sub in ("text_config", "decoder", "encoder"):
         child = getattr(config, sub, None)
         if child is not None and hasattr(child, "to_dict"):
             shrink_config(child)
     return config
+
+
+def _cut_layer_lists(config, full_depth: int, depth: int) -> None:
+    """Every stored list with one entry per layer (layer_types, no_rope_layers, mlp_layer_types, ...) cut to the
+    first ``depth`` layers; computed ones (Jamba's layers_block_type) follow the layer count by themselves."""
+    for name, value in list(vars(config).items()):
+        if isinstance(value, (list, tuple)) and len(value) == full_depth and depth and depth < full_depth:
+            try:
+                setattr(config, name, type(value)(value[:depth]))
+            except Exception:
+                pass

@@ -144,8 +144,10 @@ def column_env(column: str, workdir: Path, tag: str) -> tuple[dict, str | None]:
 
 def run_coverage(args) -> dict:
     import catalogue
+    import provenance
 
     started = time.perf_counter()
+    code = provenance.git_state()  # before the run: the code the children import
     versions = interpreter_versions(args.python)
     names = [n for n in catalogue.CASES if not args.cases or any(fnmatch.fnmatch(n, p) for p in args.cases)]
     od_python = args.od_python or DEFAULT_OD_PYTHON.format(tag="tf" + versions["transformers"].split(".")[0])
@@ -192,6 +194,7 @@ def run_coverage(args) -> dict:
     return {
         "meta": {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            **code,
             **versions,
             "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
             "command": "python benchmarks/coverage.py " + " ".join(sys.argv[1:]),
@@ -217,7 +220,10 @@ def sweep_architectures(python: str) -> list:
 
 
 def run_sweep(args) -> dict:
+    import provenance
+
     started = time.perf_counter()
+    code = provenance.git_state()
     versions = interpreter_versions(args.python)
     archs = sweep_architectures(args.python)
     if args.cases:
@@ -247,7 +253,7 @@ def run_sweep(args) -> dict:
                   f"{json.dumps(result.get('status'))} {(result.get('build_error') or '')[:80]}", flush=True)
     servers.close()
     return {
-        "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **versions,
+        "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **code, **versions,
                  "command": "python benchmarks/coverage.py " + " ".join(sys.argv[1:]), "workers": args.workers,
                  "timeout": args.sweep_timeout, "limit": args.sweep_limit,
                  "seconds": round(time.perf_counter() - started, 1)},

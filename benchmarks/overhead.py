@@ -30,6 +30,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+import provenance  # noqa: E402  (beside this file)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -226,6 +228,7 @@ def main(argv=None) -> None:
     if args.quick:
         args.repeat, args.calls = 1, 10
     started = time.perf_counter()
+    code = provenance.git_state()
     load_at_start = list(os.getloadavg())
     python = args.python
     versions = json.loads(subprocess.run(
@@ -262,7 +265,7 @@ def main(argv=None) -> None:
                  "best_with": best_on, "best_ratio": best_on / best_off,
                  "note": "the child of the row above: transformers' helper vs autopatch"})
     print(f"  {rows[-1]['name']:<44} {mem_off:.4g} -> {mem_on:.4g} MiB   x{mem_on / mem_off:.3f}")
-    data = {"meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **versions,
+    data = {"meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **code, **versions,
                      "python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
                      "command": "python benchmarks/overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),
                      "repeat": args.repeat, "seconds": round(time.perf_counter() - started, 1),

@@ -3,8 +3,10 @@
     python benchmarks/report.py
 
 Reads coverage-<transformers>.json (coverage.py), sweep-<transformers>.json (coverage.py --sweep),
-overhead.json (overhead.py) and run_all.json (run_all.sh's timings).  The chart needs matplotlib: without it the
-PNG is skipped with a message and the markdown is still written.
+overhead.json (overhead.py), startup.json (startup.py) and run_all.json (run_all.sh's timings).  Each file's
+numbers are shown with the commit they were measured at (provenance.py; "dirty" when the tree differed from it;
+files written before that was recorded say so).  The chart needs matplotlib: without it the PNG is skipped with a
+message and the markdown is still written.
 """
 
 from __future__ import annotations
@@ -24,11 +26,35 @@ STATUSES = ["ok", "export_error", "run_error", "wrong_result", "build_error", "t
             "unavailable", "n/a"]
 
 
-def _load(pattern: str) -> list:
+def _paths(pattern: str) -> list:
     def key(path):
         return tuple(int(p) if p.isdigit() else 0 for p in path.stem.split("-")[-1].split("."))
 
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob(pattern), key=key, reverse=True)]
+    return sorted(RESULTS.glob(pattern), key=key, reverse=True)
+
+
+def _load(pattern: str) -> list:
+    return [json.loads(p.read_text()) for p in _paths(pattern)]
+
+
+def measured_at(record: dict) -> str:
+    """The commit a results file's numbers were measured at, "dirty" when the tree differed from it; files from
+    before it was recorded (no "commit" key) say so rather than borrow today's."""
+    if "commit" not in record:
+        return "commit not recorded"
+    if not record["commit"]:
+        return "commit unknown (no git repository)"
+    return f"commit `{record['commit'][:12]}`" + (" (dirty)" if record.get("dirty") else "")
+
+
+def provenance_section(files: list) -> list:
+    """One row per results file: when and at which commit it was measured."""
+    lines = ["| results file | measured | code |", "| --- | --- | --- |"]
+    for path in files:
+        data = json.loads(path.read_text())
+        record = data.get("meta", data)  # run_all.json has no meta: its fields are at the top
+        lines.append(f"| `benchmarks/results/{path.name}` | {record.get('date', '?')} | {measured_at(record)} |")
+    return lines + [""]
 
 
 def _cell(result: dict) -> str:
@@ -44,7 +70,8 @@ def coverage_section(data: dict) -> list:
     meta, columns = data["meta"], data["columns"]
     n = len(data["cases"])
     lines = [f"## transformers {meta['transformers']}", "",
-             f"torch {meta['torch']}, Python {meta['python']}, {meta['machine']}; {meta['date']}.  "
+             f"torch {meta['torch']}, Python {meta['python']}, {meta['machine']}; {meta['date']}, "
+             f"{measured_at(meta)}.  "
              f"`{meta['command']}` took **{meta['seconds'] / 60:.1f} min** with {meta['workers']} workers "
              f"(per-case timeout {meta['timeout']:.0f} s).", ""]
     od = meta.get("onnx_diagnostic")
@@ -97,7 +124,10 @@ def sweep_section(data: dict) -> list:
     lines = [f"### Sweep, transformers {meta['transformers']}", "",
              f"`{meta['command']}`: every architecture of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` and "
              f"`MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES`, default config shrunk to tiny sizes "
-             f"(`catalogue.shrink_config`), exported with EXPORT_PATCHES=1 only.  {meta['date']}, "
+             f"(`catalogue.shrink_config`: sizes only; sliding windows, layer patterns, max positions, RoPE and "
+             f"attention implementation stay the default config's, with as many layers as its pattern needs), "
+             f"exported with EXPORT_PATCHES=1 only.  {meta['date']}, "
+             f"{measured_at(meta)}, "
              f"**{meta['seconds'] / 60:.1f} min** on {meta['workers']} workers (timeout {meta['timeout']:.0f} s "
              f"per architecture, total limit {meta['limit']:.0f} s).", "",
              f"{len(rows)} architectures; {len(rows) - len(not_run)} tried before the time limit, "
@@ -140,8 +170,8 @@ def _cause(error: str | None) -> str:
 def overhead_section(data: dict) -> list:
     meta = data["meta"]
     lines = ["## Overhead", "",
-             f"`{meta['command']}`: {meta['date']}, torch {meta['torch']}, transformers {meta['transformers']}, "
-             f"{meta['machine']}; took **{meta['seconds'] / 60:.1f} min**.  Medians of {meta['repeat']} "
+             f"`{meta['command']}`: {meta['date']}, {measured_at(meta)}, torch {meta['torch']}, transformers "
+             f"{meta['transformers']}, {meta['machine']}; took **{meta['seconds'] / 60:.1f} min**.  Medians of {meta['repeat']} "
              "interleaved runs (llama export: at most 3); ratio = with the agent / without (1.00 = no "
              "difference); best = the ratio of the fastest run of each side, less sensitive to other load.  "
              f"Load average (1, 5, 15 min) at start {_load_avg(meta.get('load_average_at_start'))}, at end "
@@ -186,7 +216,8 @@ def export_time_section(coverage: list) -> list:
 def startup_section(data: dict) -> list:
     meta, cases = data["meta"], data["cases"]
     lines = ["### Interpreter start-up", "",
-             f"`{meta['command']}`: {meta['date']}, Python {meta['python']}, {meta['machine']}.  `python -c pass` in "
+             f"`{meta['command']}`: {meta['date']}, {measured_at(meta)}, Python {meta['python']}, "
+             f"{meta['machine']}.  `python -c pass` in "
              "two throwaway venvs of the same base Python, one with the autopatch wheel (its real `.pth` in "
              f"site-packages) and one without; medians of {meta['repeat']} interleaved runs.", "",
              "| interpreter | median | ratio to without |", "| --- | --- | --- |"]
@@ -247,7 +278,7 @@ def main(argv=None) -> None:
     if run_all.exists():
         timing = json.loads(run_all.read_text())
         lines += [f"Its last run took **{timing['seconds'] / 60:.1f} min** on {timing.get('machine', '2 cores')} "
-                  f"({timing.get('date', '')}): " + ", ".join(f"{k} {v / 60:.1f} min"
+                  f"({timing.get('date', '')}, {measured_at(timing)}): " + ", ".join(f"{k} {v / 60:.1f} min"
                                                              for k, v in timing.get("steps", {}).items()) + "."]
     steps = {}
     if coverage:
@@ -263,8 +294,16 @@ def main(argv=None) -> None:
               "Each case is a tiny model built from a config (random weights, nothing downloaded) and three input "
               "sets of different sizes: traced at A, `dynamic_shapes` = every dim that differs between A and B "
               "(`autopatch.guess_dynamic_shapes`, caches as the active pytree registration flattens them), "
-              "exported program compared with eager on C (atol = rtol = 1e-4; the eager reference is computed "
-              "before any column's context).  Every case runs in its own process, forked from a per-column "
+              "exported program compared with eager on C: every tensor of the output by its path (model-output "
+              "fields, every cache layer's states, dicts of linear-attention states included), both trees holding "
+              "the same paths (a leaf missing or added is a `wrong_result` naming the first such path), atol = "
+              "rtol = 1e-4; the eager reference is computed before any column's context.  Only sizes are tiny: "
+              "sliding windows, layer patterns (as many layers as the class's own pattern needs to hold every "
+              "kind), `max_position_embeddings`, RoPE parameters and the attention implementation are each config "
+              "class's own; a regime that needs a special value is a case of its own (`*_past_window`: a window "
+              "of 4 that every set is past), and every decoder and vision-language case has a `*_padded` twin "
+              "whose batches are left-padded, differently in A, B and C (the decode step's cache built by an eager "
+              "prefill with the same padded mask).  Every case runs in its own process, forked from a per-column "
               "server interpreter that imported torch and transformers and ran one warm-up export of an MLP "
               "(`benchmarks/_child.py`), with the same plain "
               "`torch.export.export(model, (), kwargs=A, dynamic_shapes=...)`; only the column changes:", "",
@@ -276,9 +315,15 @@ def main(argv=None) -> None:
               "| onnx-diagnostic | `with torch_export_patches(patch_transformers=True):` around export and run "
               "(`benchmarks/setup_onnx_diagnostic.sh`) |", "",
               "Statuses: `ok`; `export_error` (export raised); `run_error` (the program rejects C's sizes); "
-              "`wrong_result` (runs, differs from eager); `build_error` (the case's own eager inputs could not be "
+              "`wrong_result` (runs, differs from eager in a value or in the output's structure); `build_error` "
+              "(the case's own eager inputs could not be "
               "built on this version); `timeout`; `unavailable` (config class missing, or the column's tool "
-              "cannot be imported).", ""]
+              "cannot be imported).", "",
+              "Each results file, with the commit its numbers were measured at (\"dirty\": the work tree differed "
+              "from that commit, outside the results themselves):", ""]
+    lines += provenance_section([*_paths("coverage-*.json"), *_paths("sweep-*.json"),
+                                 *[RESULTS / name for name in ("overhead.json", "startup.json", "run_all.json")
+                                   if (RESULTS / name).exists()]])
     chart_files = [d for d in coverage]
     if coverage:
         lines += ["![coverage](coverage.png)", ""]

@@ -7,6 +7,7 @@
 # (transformers 5.x) and .venv-tf4 (4.57) side by side, one worker each (2 children at once: the reference
 # machine has 2 cores); the sweep of transformers' mappings in both, bounded by SWEEP_LIMIT; the overhead
 # ratios and the interpreter start-up (.venv); the report.  Timings go to benchmarks/results/run_all.json and the top of docs/coverage.md.
+# Every results file records the commit it was measured at and whether the tree was dirty (provenance.py).
 set -u
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
@@ -16,6 +17,11 @@ TIMEOUT="${TIMEOUT:-300}"
 LOGS="${LOGS:-/tmp/autopatch-bench/logs}"
 mkdir -p "$LOGS" benchmarks/results
 start=$(date +%s)
+# The code this run measures (commit, dirty), taken before any step rewrites the results: `"commit": ..., "dirty": ...`
+CODE=$(.venv/bin/python benchmarks/provenance.py)
+CODE=${CODE#\{}
+CODE=${CODE%\}}
+CODE=${CODE:-'"commit": null, "dirty": null'}
 declare -A steps
 
 step() {  # name, then the command; keeps going when a step fails (its log says why)
@@ -57,7 +63,7 @@ step startup .venv/bin/python benchmarks/startup.py --repeat 40
 
 total=$(( $(date +%s) - start ))
 {
-    printf '{"seconds": %d, "date": "%s", "machine": "%s cpus", "steps": {' "$total" "$(date -Iseconds)" "$(nproc)"
+    printf '{"seconds": %d, "date": "%s", "machine": "%s cpus", %s, "steps": {' "$total" "$(date -Iseconds)" "$(nproc)" "$CODE"
     sep=""
     for k in "${!steps[@]}"; do printf '%s"%s": %d' "$sep" "$k" "${steps[$k]}"; sep=", "; done
     printf '}}\n'

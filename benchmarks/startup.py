@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+import provenance  # noqa: E402  (beside this file)
 
 
 def _venv(root: Path, name: str, *packages: str) -> Path:
@@ -39,10 +41,8 @@ def _time(python: Path, env: dict) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=40)
-    args = parser.parse_args()
+def measure(repeat: int) -> dict:
+    """Start-up samples (seconds) per interpreter, interleaved runs in throwaway venvs."""
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("EXPORT_PATCHES", "PYTHON"))}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -59,22 +59,32 @@ def main() -> None:
         samples = {name: [] for name in cases}
         for name, (python, env) in cases.items():  # warm the OS caches once
             _time(python, env)
-        for _ in range(args.repeat):
+        for _ in range(repeat):
             for name, (python, env) in cases.items():
                 samples[name].append(_time(python, env))
+    return samples
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=40)
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "startup.json"))
+    args = parser.parse_args(argv)
+    code = provenance.git_state()  # before the wheel is built from the checkout
+    samples = measure(args.repeat)
     baseline = statistics.median(samples["without autopatch"])
     results = {"meta": {"command": f"python benchmarks/startup.py --repeat {args.repeat}", "repeat": args.repeat,
                         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        "python": platform.python_version(), "machine": f"{os.cpu_count()} cpus"},
+                        **code, "python": platform.python_version(), "machine": f"{os.cpu_count()} cpus"},
                "cases": {}}
     print(f"interpreter start-up, median of {args.repeat} interleaved runs")
     for name, values in samples.items():
         median = statistics.median(values)
         results["cases"][name] = {"median_ms": round(median * 1000, 2), "ratio": round(median / baseline, 3)}
         print(f"  {name:<40} {median * 1000:7.2f} ms   x{median / baseline:.3f}")
-    out = REPO / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "startup.json").write_text(json.dumps(results, indent=2) + "\n")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,25 @@
 """The benchmark code itself, on the smallest inputs: the coverage runner on one pure-torch case and one llama
-decode case (no patches vs autopatch, one worker), the report rendering of its JSON, and one overhead measure
-with one run.  Structure and statuses only: no timing is asserted."""
+decode case (no patches vs autopatch, one worker), a sweep of one architecture, the report rendering of their
+JSON, one overhead measure with one run; the catalogue's real regimes (the config classes' own windows and layer
+patterns, a left-padded twin of every decoder and vision-language case), the comparison of every output leaf and
+of the output's structure, and the commit every results file records.  Structure and statuses only: no timing is
+asserted."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
 STATUSES = {"ok", "export_error", "run_error", "wrong_result", "build_error", "timeout", "crash", "harness_error",
             "unavailable", "n/a"}
+# The families whose cases take an attention mask over a batch of token rows (and so have a padded twin).
+PADDED_FAMILIES = {"decoder", "decoder-rope", "moe", "ssm", "vlm"}
 
 
 def test_coverage_one_torch_case_and_one_llama_case(tmp_path):
@@ -24,10 +34,21 @@ def test_coverage_one_torch_case_and_one_llama_case(tmp_path):
     _check_report(coverage)
 
 
+def _check_measured_at(meta):
+    """The commit the numbers were measured at and whether the tree was dirty; outside a git checkout, both
+    unknown with the reason."""
+    if not (BENCH.parent / ".git").exists():
+        assert meta["commit"] is None and meta["dirty"] is None and meta["git_error"], meta
+        return
+    assert re.fullmatch(r"[0-9a-f]{40}", meta["commit"]), meta.get("commit")
+    assert meta["dirty"] in (True, False)
+
+
 def _check_structure(coverage):
     meta = coverage["meta"]
     for key in ("date", "torch", "transformers", "python", "command", "seconds", "workers", "timeout"):
         assert key in meta, key
+    _check_measured_at(meta)
     assert coverage["columns"] == ["none", "autopatch"]
     assert [case["name"] for case in coverage["cases"]] == ["torch_mlp/forward", "llama/decode"]
     for case in coverage["cases"]:
@@ -59,10 +80,64 @@ def _check_report(coverage):
     text = "\n".join(report.coverage_section(coverage))
     assert "| llama/decode | decoder | export_error | **ok** |" in text
     assert "`pytree.dynamic_cache`" in text
+    assert report.measured_at(coverage["meta"]) in text
+
+
+def test_sweep_of_one_architecture_records_its_commit(tmp_path):
+    out = tmp_path / "sweep.json"
+    subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--sweep", "--cases", "llama", "--workers", "1",
+                    "--sweep-timeout", "120", "--no-docs", "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=240)
+    sweep = json.loads(out.read_text())
+    _check_measured_at(sweep["meta"])
+    [row] = sweep["architectures"]
+    assert row["model_type"] == "llama" and row["build"] == "ok", row
+    assert set(row["status"]) == {"prefill", "decode"} and set(row["status"].values()) <= STATUSES
+
+    import report
+
+    assert report.measured_at(sweep["meta"]) in "\n".join(report.sweep_section(sweep))
+
+
+def test_overhead_and_startup_results_record_their_commit(tmp_path, monkeypatch):
+    """Their measures stubbed (each takes minutes): what is checked is the results file they write."""
+    import overhead
+    import startup
+
+    row = {"name": "stub", "unit": "s", "without": 1.0, "with": 1.0, "ratio": 1.0, "best_ratio": 1.0}
+    stub = (dict(row), [{"maxrss_kb": 1}], [{"maxrss_kb": 1}])
+    monkeypatch.setattr(overhead, "measure", lambda *args, **kwargs: stub)
+    overhead.main(["--quick", "--out", str(tmp_path / "overhead.json")])
+    _check_measured_at(json.loads((tmp_path / "overhead.json").read_text())["meta"])
+
+    samples = {name: [0.01] for name in ("without autopatch", "with autopatch, EXPORT_PATCHES unset",
+                                         "with autopatch, EXPORT_PATCHES=1")}
+    monkeypatch.setattr(startup, "measure", lambda repeat: samples)
+    startup.main(["--repeat", "1", "--out", str(tmp_path / "startup.json")])
+    _check_measured_at(json.loads((tmp_path / "startup.json").read_text())["meta"])
+
+
+def test_results_files_without_a_commit_still_render():
+    """Results written before the commit was recorded load, and say so rather than borrow today's."""
+    import report
+
+    assert report.measured_at({"date": "2026-11-23"}) == "commit not recorded"
+    assert report.measured_at({"commit": "0123456789abcdef" * 2 + "01234567", "dirty": True}) == \
+        "commit `0123456789ab` (dirty)"
+    assert report.measured_at({"commit": "0123456789abcdef" * 2 + "01234567", "dirty": False}) == \
+        "commit `0123456789ab`"
+
+
+def test_provenance_ignores_only_the_harness_outputs():
+    import provenance
+
+    porcelain = ("?? benchmarks/results/coverage-5.23.0.json\n M benchmarks/results/sweep-4.57.6.json\n"
+                 " M docs/coverage.md\n M benchmarks/catalogue.py\n?? autopatch/new_patch.py\n")
+    assert provenance.changed_paths(porcelain) == ["benchmarks/catalogue.py", "autopatch/new_patch.py"]
+    assert provenance.changed_paths("?? benchmarks/results/\n") == []
 
 
 def test_one_overhead_measure():
-    sys.path.insert(0, str(BENCH))
     import overhead
 
     row, off, on = overhead.measure(sys.executable, "export, pure torch", ["export_torch", "1"],
@@ -73,9 +148,163 @@ def test_one_overhead_measure():
 
 
 def test_the_benchmark_vlm_list_is_the_tests_zoo():
-    sys.path.insert(0, str(BENCH))
     import catalogue
     import vlm_zoo
 
     assert [name for name, _ in catalogue.VLM_ZOO] == list(vlm_zoo.NAMES)
     assert [name for name, _ in catalogue.IDEFICS_ZOO] == list(vlm_zoo.IDEFICS)
+
+
+# --- real regimes: the config classes' own windows and patterns, padded batches -----------------------------------
+
+
+def test_every_decoder_and_vlm_case_has_a_padded_twin():
+    import catalogue
+
+    plain = [case for name, case in catalogue.CASES.items()
+             if case.family in PADDED_FAMILIES and not name.endswith("_padded")]
+    assert len(plain) > 50
+    for case in plain:
+        twin = catalogue.CASES.get(case.name + "_padded")
+        assert twin is not None, case.name
+        assert (twin.family, twin.kind) == (case.family, case.kind)
+    for name in ("qwen3_next/decode_padded", "jamba/decode_padded", "bamba/decode_padded",
+                 "falcon_h1/decode_padded", "granitemoehybrid/decode_padded", "llava/prefill_padded",
+                 "idefics2/prefill_padded", "mistral_sliding/decode_past_window_padded"):
+        assert name in catalogue.CASES, name
+
+
+def _left_pads(mask):
+    """Per row, the zeros before its first 1; the rest of the row must be ones (left padding only)."""
+    pads = []
+    for row in mask.tolist():
+        pad = row.index(1)
+        assert all(row[pad:]), row
+        pads.append(pad)
+    return pads
+
+
+@pytest.mark.parametrize("name", ["llama/decode_padded", "llava/prefill_padded"])
+def test_padded_batches_differ_in_a_b_and_c(name):
+    import catalogue
+
+    with torch.no_grad():
+        model, *sets = catalogue.CASES[name].builder()
+        patterns = [_left_pads(inputs["attention_mask"]) for inputs in sets]
+        assert len({tuple(p) for p in patterns}) == 3, patterns
+        for pads, inputs in zip(patterns, sets):
+            assert 0 in pads and any(pads), pads  # some rows padded, the longest one not
+            if "position_ids" in inputs:  # as generate() makes them: each real row starts at 0
+                new = inputs["position_ids"].shape[1]
+                for row, pad in enumerate(pads):
+                    real = inputs["position_ids"][row, max(pad - inputs["attention_mask"].shape[1] + new, 0):]
+                    assert real[-1].item() == inputs["attention_mask"].shape[1] - pad - 1
+        assert torch.isfinite(model(**sets[2]).logits).all()
+
+
+def test_the_padded_decode_cache_comes_from_a_padded_prefill():
+    """The padded rows' cache differs from an unpadded prefill's, the unpadded row's is the same."""
+    import catalogue
+
+    model, config = catalogue.make_model("LlamaConfig", "LlamaForCausalLM", **catalogue.TINY)
+    pads = catalogue.left_pads(3, 8, 1)
+    with torch.no_grad():
+        padded = catalogue._decode_inputs(model, config, 3, 8, 2, seed=2, pads=pads)
+        plain = catalogue._decode_inputs(model, config, 3, 8, 2, seed=2)
+    padded_keys, plain_keys = padded["past_key_values"].layers[0].keys, plain["past_key_values"].layers[0].keys
+    assert padded["attention_mask"].shape == (3, 10) and _left_pads(padded["attention_mask"]) == pads
+    for row, pad in enumerate(pads):
+        assert torch.equal(padded_keys[row], plain_keys[row]) == (pad == 0), (row, pad)
+
+
+def test_default_sliding_cases_keep_the_config_class_window_and_pattern():
+    import catalogue
+    import transformers
+
+    for name, config_class in (("gemma3_text/decode", "Gemma3TextConfig"), ("gpt_oss/decode", "GptOssConfig"),
+                               ("mistral/decode", "MistralConfig")):
+        model, *_ = catalogue.CASES[name].builder()
+        own = getattr(transformers, config_class)()
+        assert model.config.sliding_window == own.sliding_window, name
+        assert model.config.max_position_embeddings == own.max_position_embeddings, name
+        kinds = set(getattr(own, "layer_types", None) or [])
+        assert set(getattr(model.config, "layer_types", None) or []) == kinds, name
+    gemma3, *_ = catalogue.CASES["gemma3_text/decode"].builder()
+    assert gemma3.config.layer_types == ["sliding_attention"] * 5 + ["full_attention"]  # its own 5:1
+    # The special window is a case of its own, beside the real one.
+    window, *_ = catalogue.CASES["mistral_sliding/decode_past_window"].builder()
+    assert window.config.sliding_window == catalogue.PAST_WINDOW
+    for _, _, _, _, extra in catalogue.DECODERS:
+        assert not {"sliding_window", "layer_types", "max_position_embeddings"} & set(extra), extra
+
+
+def test_the_sweep_shrinks_sizes_not_code_paths():
+    import catalogue
+    import transformers
+
+    config = catalogue.shrink_config(transformers.Gemma3TextConfig())
+    own = transformers.Gemma3TextConfig()
+    assert (config.hidden_size, config.vocab_size) == (64, 128)
+    assert config.sliding_window == own.sliding_window
+    assert config.max_position_embeddings == own.max_position_embeddings
+    assert config.num_hidden_layers == 6 and config.layer_types == own.layer_types[:6]
+
+
+# --- every output leaf and the output's structure -------------------------------------------------------------
+
+
+class _Layer:
+    def __init__(self, conv, recurrent):
+        self.conv_states, self.recurrent_states, self.is_initialized = {0: conv}, {0: recurrent}, True
+
+
+class _Cache:
+    def __init__(self, *layers):
+        self.layers = list(layers)
+
+
+def _output(recurrent_shift=0.0, drop_state=False):
+    layer = _Layer(torch.ones(2, 3), torch.zeros(2, 4) + recurrent_shift)
+    if drop_state:
+        del layer.recurrent_states[0]
+    return {"logits": torch.ones(2, 5), "past_key_values": _Cache(layer)}
+
+
+def test_compare_walks_dict_states_and_the_structure():
+    import _child
+
+    assert _child.compare(_output(), _output())[0]
+    same, detail = _child.compare(_output(recurrent_shift=1.0), _output())
+    assert not same and "['past_key_values'].layers[0].recurrent_states[0]: max abs diff 1" in detail, detail
+    same, detail = _child.compare(_output(drop_state=True), _output())
+    assert not same and detail.startswith("structure: ") and "recurrent_states[0]" in detail, detail
+
+
+class _ExportDropsAState(torch.nn.Module):
+    """Eager returns two linear-attention states in a dict; the exported program only one (a structure mismatch)
+    and a wrong value in the other."""
+
+    def forward(self, x):
+        states = {"conv": x + 1, "recurrent": x - 1}
+        if torch.compiler.is_exporting():
+            states = {"conv": x + 2}
+        return {"logits": x * 2, "states": states}
+
+
+def test_run_case_reports_a_structure_mismatch_as_wrong_result(monkeypatch):
+    import _child
+    import catalogue
+
+    def build():
+        return (_ExportDropsAState(), *({"x": torch.ones(b, 3)} for b in (2, 3, 4)))
+
+    name = "smoke_structure/forward"
+    monkeypatch.setitem(catalogue.CASES, name, catalogue.Case(name, "torch", "forward", build))
+    threads = torch.get_num_threads()
+    try:
+        result = _child.run_case(name, "none")
+    finally:
+        torch.set_num_threads(threads)
+    assert result["status"] == "wrong_result", result
+    assert result["error"] == ("structure: output['states']['recurrent']: in the eager output, missing from the "
+                               "program's")
