@@ -152,7 +152,19 @@ def compare(got, expected) -> tuple[bool, str]:
     return True, f"max abs diff {worst:.3g} over {len(e)} tensors"
 
 
+#: Columns that export through transformers' own exporters (5.x ``transformers.exporters``, their public API with
+#: ``dynamic=True``) and run the result with transformers' own runner; ``*_autopatch`` with EXPORT_PATCHES=1.
+HF_EXPORTERS = {"hf_dynamo": "dynamo", "hf_dynamo_autopatch": "dynamo", "hf_onnx": "onnx",
+                "hf_onnx_autopatch": "onnx"}
+
+
 def column_context(column: str, result: dict):
+    if column in HF_EXPORTERS:
+        try:
+            import transformers.exporters  # noqa: F401
+        except ImportError:
+            raise LookupError("n/a") from None
+        return contextlib.nullcontext()
     if column == "transformers":
         from transformers.integrations import executorch
 
@@ -167,6 +179,24 @@ def column_context(column: str, result: dict):
 
         return torch_export_patches(patch_transformers=True)
     return contextlib.nullcontext()
+
+
+def export(column: str, case, model, a, b):
+    """Exports as the column does; returns the function that runs the result on a set of inputs."""
+    import torch
+
+    if column in HF_EXPORTERS:
+        if HF_EXPORTERS[column] == "onnx":
+            from transformers.exporters.exporter_onnx import OnnxConfig as Config, OnnxExporter as Exporter
+        else:
+            from transformers.exporters.exporter_dynamo import DynamoConfig as Config, DynamoExporter as Exporter
+        exported = Exporter().export(model, copy.deepcopy(a), Config(dynamic=True))
+        return lambda inputs: exported(**inputs)
+    shapes = case.dynamic_shapes(a) if case.dynamic_shapes else guess_dynamic_shapes(a, b)
+    shapes = fit_to_signature(model, shapes)
+    program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes,
+                                  strict=column == "autopatch_strict")
+    return lambda inputs: program.module()(**inputs)
 
 
 def run_case(case_name: str, column: str) -> dict:
@@ -205,18 +235,19 @@ def run_case(case_name: str, column: str) -> dict:
             except Exception as exc:
                 result.update(status="build_error", error="eager on C: " + first_line(exc))
                 return result
+        if column in HF_EXPORTERS and case.family == "torch":
+            result.update(status="n/a", error="transformers' exporters take transformers models")
+            return result
         with context, torch.no_grad():
             try:
-                shapes = case.dynamic_shapes(a) if case.dynamic_shapes else guess_dynamic_shapes(a, b)
-                shapes = fit_to_signature(model, shapes)
                 t0 = time.perf_counter()
-                program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes)
+                run = export(column, case, model, a, b)
                 result["export_seconds"] = round(time.perf_counter() - t0, 3)
             except Exception as exc:
                 result.update(status="export_error", error=first_line(exc))
                 return result
             try:
-                got = program.module()(**copy.deepcopy(c))
+                got = run(copy.deepcopy(c))
             except Exception as exc:
                 result.update(status="run_error", error=first_line(exc))
                 return result
@@ -362,6 +393,9 @@ def serve(column: str, timeout: float) -> None:
         pid = os.fork()
         if pid == 0:  # the case's own process
             code = 0
+            # The server's stdout is its answer channel: whatever a case prints (torch.onnx's progress lines) goes
+            # to stderr instead.
+            os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
             try:
                 if report:
                     os.environ["EXPORT_PATCHES_REPORT"] = report

@@ -31,7 +31,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
 CHILD = HERE / "_child.py"
-COLUMNS = ["none", "autopatch", "transformers", "onnx_diagnostic"]
+COLUMNS = ["none", "autopatch", "autopatch_strict", "transformers", "onnx_diagnostic",
+           "hf_dynamo", "hf_dynamo_autopatch", "hf_onnx", "hf_onnx_autopatch"]
+#: Columns whose children run with EXPORT_PATCHES=1 (zero-code activation).
+AGENT_COLUMNS = ("autopatch", "autopatch_strict", "hf_dynamo_autopatch", "hf_onnx_autopatch")
 DEFAULT_OD_PYTHON = "/tmp/autopatch-bench/od-{tag}/bin/python"
 
 
@@ -132,10 +135,10 @@ class Servers:
 
 
 def column_env(column: str, workdir: Path, tag: str) -> tuple[dict, str | None]:
-    """The column's environment: only the autopatch column sets EXPORT_PATCHES (and the report file; each forked
+    """The column's environment: only the agent's columns set EXPORT_PATCHES (and the report file; each forked
     case gets its own report path)."""
     env = clean_env()
-    if column == "autopatch":
+    if column in AGENT_COLUMNS:
         report = str(workdir / f"report-{tag}.json")
         env.update(EXPORT_PATCHES="1", EXPORT_PATCHES_REPORT=report)
         return env, report
@@ -187,10 +190,7 @@ def run_coverage(args) -> dict:
         case = catalogue.CASES[name]
         cases.append({"name": name, "family": case.family, "kind": case.kind, "note": case.note,
                       "results": {c: results[name][c] for c in args.columns}})
-    summary = {c: {} for c in args.columns}
-    for case in cases:
-        for column, result in case["results"].items():
-            summary[column][result["status"]] = summary[column].get(result["status"], 0) + 1
+    stamp = {**code, "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
     return {
         "meta": {
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -203,11 +203,45 @@ def run_coverage(args) -> dict:
             "seconds": round(time.perf_counter() - started, 1),
             "load_average_at_end": list(os.getloadavg()),
             "onnx_diagnostic": od,
+            # Which code measured each column: a later run may measure some columns again (--merge).
+            "column_code": {column: stamp for column in args.columns},
         },
         "columns": args.columns,
-        "summary": summary,
+        "summary": summarise(cases, args.columns),
         "cases": cases,
     }
+
+
+def summarise(cases: list, columns: list) -> dict:
+    summary = {c: {} for c in columns}
+    for case in cases:
+        for column in columns:
+            status = case["results"][column]["status"]
+            summary[column][status] = summary[column].get(status, 0) + 1
+    return summary
+
+
+def merge_columns(old: dict, new: dict) -> dict:
+    """``old`` updated by ``new``: the columns and cases ``new`` measured replace ``old``'s, everything else is
+    kept (``not_run`` where neither measured a case in a column). Each column keeps the commit that measured it
+    in meta.column_code; the other meta fields are ``new``'s."""
+    columns = [c for c in COLUMNS if c in new["columns"] or c in old["columns"]]
+    fresh = {case["name"]: case for case in new["cases"]}
+    cases = [case for case in old["cases"] if case["name"] not in fresh] + list(fresh.values())
+    for case in cases:
+        measured = fresh[case["name"]]["results"] if case["name"] in fresh else {}
+        kept = case["results"] if case["name"] not in fresh else _old_results(old, case["name"])
+        case["results"] = {c: measured[c] if c in new["columns"] and c in measured else
+                           kept.get(c, {"status": "not_run", "error": "not measured for this case"}) for c in columns}
+    legacy = {"commit": old["meta"].get("commit"), "dirty": old["meta"].get("dirty"), "date": old["meta"]["date"]}
+    new["meta"]["column_code"] = {**{c: old["meta"].get("column_code", {}).get(c, legacy) for c in old["columns"]},
+                                  **new["meta"]["column_code"]}
+    new["columns"], new["cases"], new["summary"] = columns, cases, summarise(cases, columns)
+    return new
+
+
+def _old_results(old: dict, name: str) -> dict:
+    return next((case["results"] for case in old["cases"] if case["name"] == name), {})
 
 
 def sweep_architectures(python: str) -> list:
@@ -271,6 +305,8 @@ def main(argv=None) -> None:
     parser.add_argument("--od-python", help="interpreter with onnx-diagnostic (default: " + DEFAULT_OD_PYTHON + ")")
     parser.add_argument("--out", help="results JSON (default: benchmarks/results/coverage-<transformers>.json)")
     parser.add_argument("--no-docs", action="store_true", help="do not regenerate docs/coverage.md")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the results file's other columns (measure the expensive ones in a run of their own)")
     parser.add_argument("--sweep", action="store_true", help="sweep transformers' causal-LM and seq2seq mappings")
     parser.add_argument("--sweep-timeout", type=float, default=180, help="seconds per architecture")
     parser.add_argument("--sweep-limit", type=float, default=1200, help="total seconds; the rest is 'not_run'")
@@ -278,6 +314,8 @@ def main(argv=None) -> None:
     sys.path.insert(0, str(HERE))
     data = run_sweep(args) if args.sweep else run_coverage(args)
     out = Path(args.out) if args.out else RESULTS / f"{'sweep' if args.sweep else 'coverage'}-{data['meta']['transformers']}.json"
+    if args.merge and not args.sweep and out.exists():
+        data = merge_columns(json.loads(out.read_text()), data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {out} ({data['meta']['seconds']} s)")

@@ -20,10 +20,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
 DOCS = REPO / "docs"
-TITLES = {"none": "no patches", "autopatch": "autopatch", "transformers": "transformers' own",
-          "onnx_diagnostic": "onnx-diagnostic"}
+TITLES = {"none": "no patches", "autopatch": "autopatch", "autopatch_strict": "autopatch, strict=True",
+          "transformers": "transformers' own", "onnx_diagnostic": "onnx-diagnostic",
+          "hf_dynamo": "DynamoExporter", "hf_dynamo_autopatch": "DynamoExporter + autopatch",
+          "hf_onnx": "OnnxExporter", "hf_onnx_autopatch": "OnnxExporter + autopatch"}
 STATUSES = ["ok", "export_error", "run_error", "wrong_result", "build_error", "timeout", "crash", "harness_error",
-            "unavailable", "n/a"]
+            "unavailable", "n/a", "not_run"]
 
 
 def _paths(pattern: str) -> list:
@@ -95,7 +97,7 @@ def coverage_section(data: dict) -> list:
         groups: dict = {}
         for case in data["cases"]:
             result = case["results"][column]
-            if result["status"] not in ("ok", "unavailable", "n/a"):
+            if result["status"] not in ("ok", "unavailable", "n/a", "not_run"):
                 groups.setdefault((result["status"], _cause(result.get("error"))), []).append(case["name"])
         for (status, cause), names in sorted(groups.items(), key=lambda kv: -len(kv[1]))[:4]:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
@@ -109,7 +111,7 @@ def coverage_section(data: dict) -> list:
         patches = ", ".join(f"`{p}`" for p in (results.get("autopatch", {}).get("patches") or {}))
         errors = [f"{TITLES[c]}: {results[c].get('error')}" for c in ("autopatch", "none", "transformers",
                                                                        "onnx_diagnostic")
-                  if c in results and results[c]["status"] not in ("ok", "unavailable", "n/a")
+                  if c in results and results[c]["status"] not in ("ok", "unavailable", "n/a", "not_run")
                   and results[c].get("error")]
         lines.append(f"| {case['name']} | {case['family']} | " + " | ".join(_cell(results[c]) for c in columns)
                      + f" | {patches} | {_escape(errors[0]) if errors else ''} |")
@@ -199,7 +201,8 @@ def export_time_section(coverage: list) -> list:
     for data in coverage:
         columns = [c for c in data["columns"] if c != "none"]
         usable = [c for c in columns
-                  if any(case["results"][c]["status"] not in ("unavailable", "n/a") for case in data["cases"])]
+                  if any(case["results"][c]["status"] not in ("unavailable", "n/a", "not_run")
+                         for case in data["cases"])]
         common = [case for case in data["cases"] if all(case["results"][c]["status"] == "ok" for c in usable)]
         if not common or "autopatch" not in usable:
             continue
@@ -248,7 +251,7 @@ def chart(coverage: list, path: Path) -> str:
     fig, axes = plt.subplots(1, len(coverage), figsize=(6 * len(coverage), 4.6), squeeze=False)
     colors = {"ok": "#2e7d32", "export_error": "#c62828", "run_error": "#ef6c00", "wrong_result": "#6a1b9a",
               "build_error": "#757575", "timeout": "#455a64", "crash": "#000000", "harness_error": "#000000",
-              "unavailable": "#bdbdbd", "n/a": "#e0e0e0"}
+              "unavailable": "#bdbdbd", "n/a": "#e0e0e0", "not_run": "#f5f5f5"}
     for ax, data in zip(axes[0], coverage):
         columns = data["columns"]
         left = [0] * len(columns)
@@ -313,7 +316,14 @@ def main(argv=None) -> None:
               "| transformers' own | `transformers.integrations.executorch.register_dynamic_cache_export_support()` "
               "called first (`n/a` where the installed transformers has no such helper) |",
               "| onnx-diagnostic | `with torch_export_patches(patch_transformers=True):` around export and run "
-              "(`benchmarks/setup_onnx_diagnostic.sh`) |", "",
+              "(`benchmarks/setup_onnx_diagnostic.sh`) |",
+              "| autopatch, strict=True | as autopatch, with `strict=True` (Dynamo) |",
+              "| DynamoExporter, OnnxExporter | transformers' own exporters (5.x `transformers.exporters`) through "
+              "their public API, `Config(dynamic=True)` (their own dynamic shapes), the result run by their own "
+              "runner (onnxruntime for ONNX); `n/a` on versions without them and for the pure-torch cases |",
+              "| ... + autopatch | the same with `EXPORT_PATCHES=1` in the child's environment |", "",
+              "A column measured by a later run than the others (`coverage.py --merge --columns ...`) names its "
+              "own commit in the results file (`meta.column_code`).", "",
               "Statuses: `ok`; `export_error` (export raised); `run_error` (the program rejects C's sizes); "
               "`wrong_result` (runs, differs from eager in a value or in the output's structure); `build_error` "
               "(the case's own eager inputs could not be "

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 STATUSES = {"ok", "export_error", "run_error", "wrong_result", "build_error", "timeout", "crash", "harness_error",
-            "unavailable", "n/a"}
+            "unavailable", "n/a", "not_run"}
 # The families whose cases take an attention mask over a batch of token rows (and so have a padded twin).
 PADDED_FAMILIES = {"decoder", "decoder-rope", "moe", "ssm", "vlm"}
 
@@ -308,3 +309,31 @@ def test_run_case_reports_a_structure_mismatch_as_wrong_result(monkeypatch):
     assert result["status"] == "wrong_result", result
     assert result["error"] == ("structure: output['states']['recurrent']: in the eager output, missing from the "
                                "program's")
+
+
+def test_transformers_exporter_and_strict_columns_then_a_merge(tmp_path):
+    """The columns of transformers' own exporters (5.x) and strict=True, measured in a run of their own and merged
+    into an earlier run's file: each column keeps the commit that measured it."""
+    out = tmp_path / "coverage.json"
+    common = ["--workers", "1", "--timeout", "240", "--no-docs", "--out", str(out)]
+    subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--cases", "torch_mlp/forward", "llama/decode",
+                    "--columns", "none", *common], check=True, capture_output=True, text=True, timeout=300)
+    columns = ["autopatch_strict", "hf_onnx", "hf_onnx_autopatch"]
+    subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--cases", "llama/decode", "--merge",
+                    "--columns", *columns, *common], check=True, capture_output=True, text=True, timeout=600)
+    coverage = json.loads(out.read_text())
+    assert coverage["columns"] == ["none", *columns]
+    assert set(coverage["meta"]["column_code"]) == {"none", *columns}
+    cases = {case["name"]: case["results"] for case in coverage["cases"]}
+    assert set(cases) == {"torch_mlp/forward", "llama/decode"}  # a case the second run left out is kept
+    assert cases["torch_mlp/forward"]["none"]["status"] == "ok"
+    assert cases["torch_mlp/forward"]["hf_onnx"]["status"] == "not_run"
+    results = cases["llama/decode"]
+    assert results["none"]["status"] == "export_error"  # kept from the first run
+    assert results["autopatch_strict"]["status"] == "ok", results["autopatch_strict"]
+    if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (5, 23):
+        assert results["hf_onnx"]["status"] == "ok", results["hf_onnx"]
+        assert results["hf_onnx_autopatch"]["status"] == "ok", results["hf_onnx_autopatch"]
+        assert "pytree.dynamic_cache" in results["hf_onnx_autopatch"]["patches"]
+    else:  # transformers.exporters appeared in 5.x
+        assert results["hf_onnx"]["status"] == results["hf_onnx_autopatch"]["status"] == "n/a"
