@@ -5,7 +5,8 @@
 #
 # Steps: onnx-diagnostic's throwaway venvs under /tmp (setup_onnx_diagnostic.sh); the coverage matrix in .venv
 # (transformers 5.x) and .venv-tf4 (4.57) side by side, one worker each (2 children at once: the reference
-# machine has 2 cores); the sweep of transformers' mappings in both, bounded by SWEEP_LIMIT; the overhead
+# machine has 2 cores), plain-export columns; transformers' own exporters' columns in .venv, merged into its
+# file (EXPORTERS=0 skips them); the sweep of transformers' mappings in both, bounded by SWEEP_LIMIT; the overhead
 # ratios and the interpreter start-up (.venv); the report.  Timings go to benchmarks/results/run_all.json and the top of docs/coverage.md.
 # Every results file records the commit it was measured at and whether the tree was dirty (provenance.py).
 set -u
@@ -38,15 +39,22 @@ done
 
 step onnx_diagnostic_venvs bash benchmarks/setup_onnx_diagnostic.sh
 
+# The plain-export columns; transformers' own exporters are the next step's (5.x only, merged into the same file).
+PLAIN="none autopatch autopatch_strict transformers onnx_diagnostic"
 coverage_both() {
-    .venv/bin/python benchmarks/coverage.py --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf5.log" 2>&1 &
+    .venv/bin/python benchmarks/coverage.py --columns $PLAIN --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf5.log" 2>&1 &
     local a=$!
-    .venv-tf4/bin/python benchmarks/coverage.py --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf4.log" 2>&1 &
+    .venv-tf4/bin/python benchmarks/coverage.py --columns $PLAIN --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf4.log" 2>&1 &
     local b=$!
     wait $a; wait $b
     tail -n 5 "$LOGS/coverage-tf5.log" "$LOGS/coverage-tf4.log"
 }
 step coverage coverage_both
+# EXPORTERS=0 skips transformers' exporters (their columns keep what the results file holds, with its commit).
+if [ "${EXPORTERS:-1}" != "0" ]; then
+    step exporters .venv/bin/python benchmarks/coverage.py --merge --columns hf_dynamo hf_dynamo_autopatch hf_onnx \
+        hf_onnx_autopatch --workers 2 --timeout "$TIMEOUT" --no-docs
+fi
 
 sweep_both() {
     .venv/bin/python benchmarks/coverage.py --sweep --workers 1 --sweep-limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf5.log" 2>&1 &
