@@ -1,4 +1,8 @@
-"""The `autopatch` command: status, run, sitecustomize-path."""
+"""The `autopatch` command: status, diff, run, sitecustomize-path, --version.
+
+Text goes through ``terminal.Output`` (the terminal's width, color only on a terminal, no color under
+NO_COLOR); ``--json`` is the complete, machine-readable form and is never cut, folded or colored.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import shutil
 import subprocess
 import sys
 
-from . import config, doors, state
+from . import config, doors, state, versions
+from .terminal import Output, Progress
 
 # Run in a child interpreter by `status --probe`: imports every module a selected patch waits for, so that
 # the states are the ones a real program would get (applied, drifted, failed...), then prints the status.
@@ -26,22 +31,59 @@ print(json.dumps(autopatch.status()))
 """
 
 
+class _VersionAction(argparse.Action):
+    """--version: autopatch and the versions it patches, read from package metadata (torch is not imported)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit(0)
+
+
+def version_line() -> str:
+    from . import __version__
+
+    found = ", ".join(f"{dist} {versions.installed(dist) or 'not installed'}"
+                      for dist in ("torch", "transformers", "wrapt"))
+    return f"autopatch {__version__} ({found})"
+
+
+def _variables_help() -> str:
+    # Pre-wrapped to the terminal: the raw formatter (which keeps the list's layout) would not wrap it.
+    out = Output(sys.stdout)
+    lines = ["environment variables:"]
+    for v in config.VARIABLES:
+        lines.append(f"  {v.name} (default {v.default!r}):")
+        lines += out.wrap(v.help.replace("`", ""), "    ", "    ")
+    return "\n".join(lines)
+
+
+def _add_output_options(command, what: str) -> None:
+    command.add_argument("--json", action="store_true", help=f"machine-readable: {what}, complete")
+    command.add_argument("--wide", action="store_true", help="cut nothing to fit the terminal's width")
+    command.add_argument("--all", action="store_true", dest="show_all",
+                         help="list one by one the patches folded into a count (other versions, not selected)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autopatch",
         description="Zero-code patches for torch.export. Activate with EXPORT_PATCHES=1 on any Python program.",
-        epilog="environment variables:\n"
-        + "\n".join(f"  {v.name} (default {v.default!r}): {v.help.replace('`', '')}" for v in config.VARIABLES),
+        epilog=_variables_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the versions of autopatch, torch, transformers and wrapt, and exit")
+    sub = parser.add_subparsers(dest="command")
     st = sub.add_parser(
         "status",
         help="what would apply, what applied, what was skipped and why",
         epilog=parser.epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    st.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_output_options(st, "header and every patch")
     st.add_argument(
         "--probe",
         action="store_true",
@@ -53,7 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("program", nargs=argparse.REMAINDER, help="the command line to run, after --")
     diff = sub.add_parser("diff", help="what a patch changes: a unified diff, or the layout a registration installs")
     diff.add_argument("patterns", nargs="+", metavar="ID|GLOB")
-    diff.add_argument("--format", choices=("raw", "rst"), default="raw")
+    diff.add_argument("--format", choices=("raw", "rst"), default="raw",
+                      help="rst: a reStructuredText page of every matching patch (never folded or colored)")
+    _add_output_options(diff, "each matching patch with its header and body")
     sub.add_parser("sitecustomize-path", help="print the directory to put on PYTHONPATH for the sitecustomize door")
     return parser
 
@@ -67,7 +111,11 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `autopatch` alone: what it can do, rather than an argparse error
+        parser.print_help(sys.stderr)
+        return 2
     if args.command == "status":
         return _status(args)
     if args.command == "run":
@@ -88,7 +136,9 @@ def _status(args) -> int:
     text = _selection_text(args)
     if args.probe:
         env = {**os.environ, "EXPORT_PATCHES": text}
-        child = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True)
+        with Progress("autopatch status --probe") as progress:
+            progress.update("a child interpreter imports the modules the patches wait for...")
+            child = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True)
         sys.stderr.write(child.stderr)
         if child.returncode != 0 or not child.stdout.strip():
             print(f"autopatch status --probe: the child interpreter failed (exit {child.returncode})", file=sys.stderr)
@@ -105,11 +155,14 @@ def _status(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        from .report import render_text
+        from .status_text import render
 
+        out = Output(sys.stdout, wide=args.wide)
         if not os.environ.get("EXPORT_PATCHES", "").strip() and args.patches is None:
-            print("EXPORT_PATCHES is unset: your programs run unpatched. Showing what EXPORT_PATCHES=1 selects.")
-        sys.stdout.write(render_text(data))
+            lines = out.wrap("EXPORT_PATCHES is unset: your programs run unpatched. Showing what EXPORT_PATCHES=1 "
+                             "selects.", "  ")
+            print("\n".join(lines))
+        sys.stdout.write(render(data, out, show_all=args.show_all))
     return 1 if any(p["state"] == state.FAILED for p in data["patches"]) else 0
 
 
@@ -117,7 +170,7 @@ def _diff(args) -> int:
     import fnmatch
 
     from .agent import AGENT
-    from .diffs import format_entry
+    from .diffs import describe, format_entry
 
     specs = [r.spec for r in AGENT.records.values()]
     chosen = [s for s in specs if any(fnmatch.fnmatchcase(s.id, p) for p in args.patterns)]
@@ -125,8 +178,24 @@ def _diff(args) -> int:
         print(f"autopatch diff: no patch matches {' '.join(args.patterns)!r}; valid ids: {', '.join(s.id for s in specs)}",
               file=sys.stderr)
         return 2
-    for spec in chosen:
-        print(format_entry(spec, args.format))
+    # Reading a patch's target imports its module (a transformers model can take a second): say where we are.
+    entries = []
+    with Progress("autopatch diff") as progress:
+        for number, spec in enumerate(chosen, 1):
+            if len(chosen) > 1:
+                progress.update(f"{number}/{len(chosen)} {spec.id}")
+            entries.append(format_entry(spec, "rst") if args.format == "rst" else describe(spec))
+    if args.format == "rst":
+        for text in entries:
+            print(text)
+    elif args.json:
+        print(json.dumps({"patches": entries}, indent=2))
+    else:
+        from .diff_text import render
+
+        # A patch named by its id is shown even where it does not apply: that is the question asked.
+        named = set(args.patterns)
+        sys.stdout.write(render(entries, Output(sys.stdout, wide=args.wide), args.show_all, named))
     return 0
 
 

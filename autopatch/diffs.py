@@ -26,10 +26,13 @@ def _source(obj) -> str:
         return f"<source not available: {exc}>\n"
 
 
-def format_diff(spec, format: str = "raw") -> str:
-    if format not in ("raw", "rst"):
-        raise ValueError(f"format_diff: unknown format {format!r}; valid: raw, rst")
-    header = f"{spec.family}: {spec.target_name} -> {spec.replacement or '(export scope entry)'}"
+def _header(spec) -> str:
+    return f"{spec.family}: {spec.target_name} -> {spec.replacement or '(export scope entry)'}"
+
+
+def _body(spec) -> tuple[str, str]:
+    """What the patch changes and the language of that text ("diff" or "text"); raises when the target
+    cannot be read (not installed, missing from this version)."""
     if spec.mode == "route":
         original = original_of(spec)
         replacement = spec.resolve_replacement()
@@ -62,22 +65,53 @@ def format_diff(spec, format: str = "raw") -> str:
             "wraps (does not rewrite code): calling it turns the export scope on for the calling thread, so that "
             "route patches use their replacements for the duration of the call.\n"
         )
-    return _render(spec, header, body, format, "diff" if spec.mode in ("route", "rewrite") else "text")
+    return body, "diff" if spec.mode in ("route", "rewrite") else "text"
 
 
-def format_entry(spec, format: str = "raw") -> str:
-    """``format_diff`` where the patch applies to the installed versions; elsewhere its header and why not (a
-    diff against code the patch never touches would mislead)."""
+def format_diff(spec, format: str = "raw") -> str:
+    if format not in ("raw", "rst"):
+        raise ValueError(f"format_diff: unknown format {format!r}; valid: raw, rst")
+    body, language = _body(spec)
+    return _render(spec, _header(spec), body, format, language)
+
+
+def describe(spec) -> dict:
+    """One patch as `autopatch diff --json` gives it. ``applies``: the installed versions are the patch's
+    and its target is there; otherwise ``why_not`` says why and ``body`` holds no diff (a diff against code
+    the patch never touches would mislead)."""
     from .versions import unmet
 
     why = unmet(spec.requires)
+    body, language = "", "text"
     if not why:
         try:
-            return format_diff(spec, format)
+            body, language = _body(spec)
         except Exception as exc:  # the target is missing although the versions match
             why = f"{type(exc).__name__}: {exc}"
-    header = f"{spec.family}: {spec.target_name} -> {spec.replacement or '(export scope entry)'}"
-    return _render(spec, header, f"no diff here: {why}\n", format, "text")
+    if why:
+        body = f"no diff here: {why}\n"
+    replacement = spec.replacement
+    if callable(replacement):  # a custom patch may hand the function itself
+        replacement = f"{replacement.__module__}:{replacement.__qualname__}"
+    return {
+        "id": spec.id,
+        "family": spec.family,
+        "mode": spec.mode,
+        "target": spec.target_name,
+        "replacement": replacement,
+        "requires": spec.requirement_text,
+        "applies": not why,
+        "why_not": why,
+        "header": _header(spec),
+        "language": language,
+        "body": body,
+    }
+
+
+def format_entry(spec, format: str = "raw") -> str:
+    """``format_diff`` where the patch applies to the installed versions; elsewhere its header and why not."""
+    entry = describe(spec)
+    return _render(spec, entry["header"], entry["body"], format, entry["language"])
 
 
 def _render(spec, header: str, body: str, format: str, language: str) -> str:

@@ -27,3 +27,36 @@ def unmet(requires) -> str:
         if not SpecifierSet(spec).contains(Version(version), prereleases=True):
             return f"needs {dist}{spec}, found {version}"
     return ""
+
+
+def unmet_clauses(requires) -> str:
+    """Only the clauses the installed versions fail, canonical ('transformers<5' for 'transformers>=4.56,<5'
+    on 5.23), so that patches gated differently but skipped for the same reason are counted together."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_version
+    from packaging.version import Version
+
+    parts = []
+    for dist, spec in requires:
+        version = installed(dist)
+        if version is None:
+            parts.append(f"{dist} (not installed)")
+            continue
+        failed = {f"{s.operator}{canonicalize_version(s.version)}" for s in SpecifierSet(spec)
+                  if not s.contains(Version(version), prereleases=True)}
+        if failed:
+            parts.append(dist + ",".join(sorted(failed)))
+    return ", ".join(parts)
+
+
+def parse_requirement_text(text: str) -> tuple:
+    """The inverse of ``PatchSpec.requirement_text`` ('transformers>=4.56,<5, torch>=2.6', or '-'), for code
+    that has only the status structure."""
+    import re
+
+    pairs = []
+    for part in text.split(", "):
+        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)(.*)$", part.strip())
+        if match and part.strip() != "-":
+            pairs.append((match.group(1), match.group(2)))
+    return tuple(pairs)

@@ -44,8 +44,9 @@ def test_diff_of_a_route_patch_is_golden(routed):
 
 
 def test_diff_cli_covers_every_shipped_patch():
-    out = subprocess.run([sys.executable, "-m", "autopatch", "diff", "*"], env=clean_env(), cwd=REPO,
-                         capture_output=True, text=True)
+    # --all: every patch, also those of other versions; --wide: each header on one line.
+    out = subprocess.run([sys.executable, "-m", "autopatch", "diff", "*", "--all", "--wide"], env=clean_env(),
+                         cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     from autopatch import versions
 
