@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Creates (or refreshes) a virtual environment with autopatch installed in editable mode.
-#   scripts/setup.sh [VENV_DIR] [TRANSFORMERS_VERSION]      defaults: .venv 5.23.0
+#   scripts/setup.sh [VENV_DIR] [TRANSFORMERS_VERSION] [EXTRA_PACKAGE...]      defaults: .venv 5.23.0
+# EXTRA_PACKAGE: pinned packages some runs need besides the test extras (executorch for transformers' ExecuTorch
+# exporter: about 500 MB, so only in the venv whose tests use it).
 # torch is pinned to the CPU build this machine (and CI) has on disk; a looser spec pulls a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv}"
 TRANSFORMERS="${2:-5.23.0}"
+EXTRAS=("${@:3}")
 TORCH="2.13.0"
 PY="${PYTHON:-python3}"
 
@@ -21,4 +24,7 @@ have transformers "$TRANSFORMERS" || pip install "transformers==$TRANSFORMERS"
 # is named again so that the resolver keeps its requirements (4.x needs huggingface-hub<1; the latest diffusers
 # would otherwise upgrade the hub past it and break transformers).
 pip install -e ".[test]" "transformers==$TRANSFORMERS"
+for extra in "${EXTRAS[@]}"; do
+  have "${extra%%==*}" "${extra#*==}" || pip install "$extra" "torch==$TORCH" "transformers==$TRANSFORMERS"
+done
 "$VENV/bin/python" -c "import torch, transformers, autopatch; print('$VENV: torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -3,14 +3,16 @@
 # of its own, older versions: tests/test_legacy_caches.py on 4.48.3, 4.52.4 and 4.55.4; on 5.3.0 the caches
 # (model-local state-space and hybrid caches, as 4.x), RoPE, MoE, generation, Mamba prefill and the VLMs
 # (get_placeholder_mask's 5.0-5.11 check); on 5.12.1 DynamicCache with one-tensor linear-attention layers,
-# Mamba/Jamba decode, RoPE, Mamba prefill, VLMs.
+# Mamba/Jamba decode, RoPE, Mamba prefill, VLMs. A fourth field names pinned packages for that venv alone
+# (executorch: transformers' ExecuTorch exporter, tested on 5.23).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-while IFS='|' read -r venv tf only; do
+while IFS='|' read -r venv tf only extras; do
   [ -n "$venv" ] || continue
-  bash scripts/setup.sh "$venv" "$tf" < /dev/null
+  # shellcheck disable=SC2086  # extras: a space-separated list of pinned packages
+  bash scripts/setup.sh "$venv" "$tf" $extras < /dev/null
   echo "=== tests on transformers $tf ($venv)${only:+: $only}"
   rc=0
   eval "\"$venv/bin/python\" -m pytest -n 2 -q $only \"\$@\"" < /dev/null || rc=$?
@@ -18,7 +20,7 @@ while IFS='|' read -r venv tf only; do
   # select none of its tests): a whole run that selects nothing in some venv has lost its tests.
   if [ "$rc" -ne 0 ] && ! { [ -n "$only" ] && [ "$#" -gt 0 ] && [ "$rc" -eq 5 ]; }; then status=$rc; fi
 done <<'RUNS'
-.venv|5.23.0|
+.venv|5.23.0||executorch==1.5.1
 .venv-tf4|4.57.6|
 .venv-tf448|4.48.3|tests/test_legacy_caches.py
 .venv-tf452|4.52.4|tests/test_legacy_caches.py

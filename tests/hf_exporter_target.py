@@ -1,6 +1,6 @@
 """A user's script: a tiny decoder's decode step through one of transformers' own exporters, run by transformers'
 own runner at the traced sizes and at other ones, every output leaf compared with eager. Prints one JSON line.
-    python hf_exporter_target.py ARCH EXPORTER      (ARCH: llama, qwen3, mistral; EXPORTER: onnx, dynamo)
+    python hf_exporter_target.py ARCH EXPORTER   (ARCH: llama, qwen3, mistral; EXPORTER: onnx, dynamo, executorch)
 No code mentions autopatch: the agent is on only when EXPORT_PATCHES is set."""
 
 import copy
@@ -18,6 +18,9 @@ ARCHS = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen3": ("Qwen3Config", 
 def main(arch: str, exporter: str) -> dict:
     if exporter == "onnx":
         from transformers.exporters.exporter_onnx import OnnxConfig as Config, OnnxExporter as Exporter
+    elif exporter == "executorch":
+        from transformers.exporters.exporter_executorch import ExecutorchConfig as Config
+        from transformers.exporters.exporter_executorch import ExecutorchExporter as Exporter
     else:
         from transformers.exporters.exporter_dynamo import DynamoConfig as Config, DynamoExporter as Exporter
     config_name, model_name = ARCHS[arch]

@@ -29,12 +29,19 @@ def _run(arch, exporter, selection):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("exporter", ["onnx", "dynamo"])
+#: The optional package each exporter's runner needs (the test extras, and executorch in the 5.23 venv).
+RUNTIME = {"onnx": "onnxruntime", "dynamo": "torch", "executorch": "executorch"}
+
+
+@pytest.mark.parametrize("exporter", ["onnx", "dynamo", "executorch"])
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "mistral"])
 def test_exporter_matches_eager_with_the_agent_on(arch, exporter):
-    """OnnxExporter (onnxruntime) and DynamoExporter, each run by its own runner: every leaf (logits, each
-    layer's keys and values) and the output structure equal eager's, at the traced and at other sizes."""
-    pytest.importorskip("onnxruntime", reason="OnnxExporter's runner needs onnxruntime (test extra)")
+    """OnnxExporter (onnxruntime), DynamoExporter and ExecutorchExporter (XNNPACK), each run by its own runner:
+    every leaf (logits, each layer's keys and values) and the output structure equal eager's, at the traced and at
+    other sizes. (ExecuTorch's runner flattens a caller's inputs by the program's saved spec, through torch.fx's
+    flatten-by-spec; without the agent, Mistral's sliding layers put their count in that spec and other past
+    lengths are refused.)"""
+    pytest.importorskip(RUNTIME[exporter], reason=f"{exporter} exporter's runner needs {RUNTIME[exporter]}")
     result = _run(arch, exporter, "1")
     for sizes in ("traced", "other"):
         assert result[sizes]["same_structure"], result
@@ -171,3 +178,27 @@ def test_a_cache_the_walk_cannot_permute_is_deferred_to_transformers(agent):
     rebuilt = pytree.tree_unflatten(leaves, spec)
     assert type(rebuilt) is NestedStateCache and rebuilt.extra["state"] is cache.extra["state"]
     assert rebuilt.layers[0].keys is cache.layers[0].keys
+
+
+def test_flattening_by_a_spec_follows_the_layout_it_was_written_with(agent):
+    """Runners of saved programs flatten a caller's inputs by the program's spec (torch.fx's tree_flatten_spec:
+    transformers' ExecuTorch runner). A spec written inside a flat-graph exporter gets transformers' order there,
+    outside any exporter; a plain one the agent's. And a spec's structure rebuilt with placeholder leaves (as
+    ExecuTorch's emitter describes its inputs) unflattens without raising."""
+    import torch.fx._pytree as fx_pytree
+    from transformers.exporters.utils import get_leaf_tensors
+
+    from autopatch.patches import transformers_exporters
+
+    agent.enable("1")
+    for name, cache in _caches().items():
+        plain_leaves, plain_spec = pytree.tree_flatten(cache)
+        with transformers_exporters.layout_of((transformers_exporters.WALK,)):
+            walk_leaves, walk_spec = pytree.tree_flatten(cache)
+        assert [id(t) for t in fx_pytree.tree_flatten_spec(cache, walk_spec)] == [id(t) for t in walk_leaves], name
+        assert [id(t) for t in fx_pytree.tree_flatten_spec(cache, plain_spec)] == [id(t) for t in plain_leaves], name
+        if name != "bart":
+            assert [id(t) for t in walk_leaves] == [id(t) for t in get_leaf_tensors(vars(cache)).values()], name
+        for spec in (plain_spec, walk_spec):
+            described = pytree.tree_unflatten([0] * spec.num_leaves, spec)
+            assert type(described) is type(cache), name

@@ -99,9 +99,9 @@ def restore(obj, attributes, children) -> None:
     attributes = Attributes(*attributes)  # a plain tuple after a round trip through JSON
     values = {name: thaw(frozen) for name, frozen in attributes.static}
     values.update(zip(attributes.tensors, children))
-    if attributes.batch:
-        first = next(leaf for leaf in pytree.tree_leaves(list(children)) if isinstance(leaf, torch.Tensor))
-        values.update((name, first.shape[0]) for name in attributes.batch)
+    first = next((leaf for leaf in pytree.tree_leaves(list(children)) if isinstance(leaf, torch.Tensor)), None)
+    # No tensor: placeholder leaves (see pytree_caches._fill_kv), no batch to read.
+    values.update((name, first.shape[0] if first is not None else None) for name in attributes.batch)
     for name in attributes.order or tuple(values):
         setattr(obj, name, values[name])
 

@@ -240,7 +240,11 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         cache_attributes.restore(cache, extras, children[len(names):])
         return cache
 
-    return flatten, unflatten, flatten_with_keys
+    def flatten_spec(cache, spec):
+        with transformers_exporters.layout_of(spec.context):
+            return flatten(cache)[0]
+
+    return flatten, unflatten, flatten_with_keys, flatten_spec
 
 
 def _contiguous_inputs(layers) -> None:
@@ -257,11 +261,14 @@ def _contiguous_inputs(layers) -> None:
 
 
 def _fill_kv(layer, keys, values, init_takes_values: bool) -> None:
-    """Puts traced tensors in a fresh layer the way the layer's own first update would."""
-    if init_takes_values:
-        layer.lazy_initialization(keys, values)
-    else:
-        layer.lazy_initialization(keys)
+    """Puts traced tensors in a fresh layer the way the layer's own first update would. Leaves that are not
+    tensors are placed as they are: some tools rebuild a spec's structure with placeholder leaves (ExecuTorch's
+    emitter unflattens the input spec with ints to describe it), and unflattening must not raise for them."""
+    if isinstance(keys, torch.Tensor):
+        if init_takes_values:
+            layer.lazy_initialization(keys, values)
+        else:
+            layer.lazy_initialization(keys)
     layer.keys, layer.values = keys, values
     layer.is_initialized = True
 
@@ -269,6 +276,8 @@ def _fill_kv(layer, keys, values, init_takes_values: bool) -> None:
 def _fill_state(layer, kind: str, index, tensor) -> None:
     _set(layer, f"{kind}_states", index, tensor)
     _set(layer, f"is_{kind}_states_initialized", index, True)
+    if not isinstance(tensor, torch.Tensor):  # a placeholder leaf (see _fill_kv)
+        return
     layer.dtype, layer.device = tensor.dtype, tensor.device
     if index is SINGLE and kind == "conv":
         layer.max_batch_size = tensor.shape[0]  # what the layer's own lazy_initialization reads off its state
@@ -289,8 +298,13 @@ def _is_dynamic_sliding(description) -> bool:
 def _full_length(layers, descriptions):
     for layer, description in zip(layers, descriptions):
         if description[2] and not _is_dynamic_sliding(description) and not description[3]:
-            return layer.keys.shape[-2]
+            return _length(layer)
     return None
+
+
+def _length(layer):
+    """The keys' length; None for a placeholder leaf (see _fill_kv)."""
+    return layer.keys.shape[-2] if isinstance(layer.keys, torch.Tensor) else None
 
 
 def _rebuild_sliding_lengths(layers, descriptions) -> None:
@@ -299,17 +313,21 @@ def _rebuild_sliding_lengths(layers, descriptions) -> None:
     the layer still holds every token it has seen; see transformers_sliding)."""
     full = _full_length(layers, descriptions)
     for layer, description in zip(layers, descriptions):
-        if _is_dynamic_sliding(description):
-            layer.cumulative_length = full if full is not None else layer.keys.shape[-2]
+        if _is_dynamic_sliding(description) and isinstance(layer.keys, torch.Tensor):
+            layer.cumulative_length = full if full is not None else _length(layer)
             if full is None:
                 setattr(layer, transformers_sliding.SEEN_FROM_KEYS, True)
 
 
 def _register(cls, codec):
-    flatten, unflatten, flatten_with_keys = codec
+    """``codec``: (flatten, unflatten, flatten_with_keys[, flatten_spec]). Without a flatten_spec of its own a cache
+    flattens by a spec into its usual children, so that torch.fx goes on into them (an EncoderDecoderCache's two
+    caches follow their own specs)."""
+    flatten, unflatten, flatten_with_keys, *own_spec = codec
+    flatten_spec = own_spec[0] if own_spec else (lambda obj, spec: flatten(obj)[0])
     return pytree_registration.register(
         cls, flatten, unflatten, flatten_with_keys, cache_attributes.to_dumpable, cache_attributes.from_dumpable,
-        replaceable=REPLACEABLE,
+        replaceable=REPLACEABLE, flatten_spec=flatten_spec,
     )
 
 
@@ -438,6 +456,13 @@ def register_encoder_decoder_cache(module, name, cache_cls):
         return [(GetAttrKey("self_attention_cache"), children[0]), (GetAttrKey("cross_attention_cache"), children[1])], context
 
     def unflatten(children, context):
+        if any(not isinstance(getattr(layer, "keys", None), (torch.Tensor, type(None)))
+               for child in children for layer in getattr(child, "layers", ())):
+            # Placeholder leaves (see _fill_kv): __init__ would read their lengths. The structure, as attributes.
+            cache = cache_cls.__new__(cache_cls)
+            cache.self_attention_cache, cache.cross_attention_cache = children
+            cache.is_updated = {}
+            return cache
         return cache_cls(children[0], children[1])
 
     return _register(cache_cls, (flatten, unflatten, flatten_with_keys))

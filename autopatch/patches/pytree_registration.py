@@ -20,8 +20,11 @@ def owner_of(cls) -> str | None:
     return getattr(node.flatten_fn, "__module__", None) or "unknown"
 
 
-def register(cls, flatten, unflatten, flatten_with_keys, to_dumpable, from_dumpable, replaceable=()):
-    """Registers ``cls``; returns ``(undo, detail)`` as installers do."""
+def register(cls, flatten, unflatten, flatten_with_keys, to_dumpable, from_dumpable, replaceable=(),
+             flatten_spec=None):
+    """Registers ``cls``; returns ``(undo, detail)`` as installers do. ``flatten_spec(obj, spec) -> children``,
+    when given, is torch.fx's flatten *by a spec* (``fx_pytree.tree_flatten_spec``, which runners of saved programs
+    use): it must give the children in the layout the spec was written with."""
     previous = None
     detail = ""
     owner = owner_of(cls)
@@ -41,7 +44,10 @@ def register(cls, flatten, unflatten, flatten_with_keys, to_dumpable, from_dumpa
         from_dumpable_context=from_dumpable,
     )
 
+    undo_spec = _register_flatten_spec(cls, flatten_spec) if flatten_spec is not None else (lambda: None)
+
     def undo() -> str:
+        undo_spec()
         node = pytree.SUPPORTED_NODES.get(cls)
         if node is None or node.flatten_fn is not flatten:
             return f"{cls.__name__} was registered again by {owner_of(cls)}; left as it is"
@@ -51,6 +57,25 @@ def register(cls, flatten, unflatten, flatten_with_keys, to_dumpable, from_dumpa
         return ""
 
     return undo, detail
+
+
+def _register_flatten_spec(cls, flatten_spec):
+    """torch.fx's flatten-by-spec for ``cls``, replacing any earlier one (it belongs to the pytree registration
+    replaced above, or to nobody); the undo puts that one back."""
+    import torch.fx._pytree as fx_pytree
+
+    previous = (fx_pytree.SUPPORTED_NODES.get(cls), fx_pytree.SUPPORTED_NODES_EXACT_MATCH.get(cls))
+    fx_pytree.register_pytree_flatten_spec(cls, flatten_spec)
+
+    def undo() -> None:
+        if fx_pytree.SUPPORTED_NODES.get(cls) is not flatten_spec:
+            return
+        if previous[0] is None:
+            fx_pytree._deregister_pytree_flatten_spec(cls)
+        else:
+            fx_pytree.SUPPORTED_NODES[cls], fx_pytree.SUPPORTED_NODES_EXACT_MATCH[cls] = previous
+
+    return undo
 
 
 def _snapshot(cls):

@@ -20,10 +20,12 @@ So the convention is decided per export, once:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import logging
 
+import torch
 import torch.utils._pytree as pytree
 
 from .. import scope
@@ -40,6 +42,17 @@ _FLAT_GRAPH = contextvars.ContextVar("autopatch_flat_graph", default=False)
 
 def flat_graph_layout() -> bool:
     return _FLAT_GRAPH.get()
+
+
+@contextlib.contextmanager
+def layout_of(spec_context):
+    """The layout a spec was written with, for flattening by that spec (torch.fx's ``tree_flatten_spec``, as
+    transformers' ExecuTorch runner flattens a caller's inputs), wherever it runs."""
+    token = _FLAT_GRAPH.set(is_walk(spec_context))
+    try:
+        yield
+    finally:
+        _FLAT_GRAPH.reset(token)
 
 
 # Read by flatten functions, which dynamo traces under strict=True: evaluated at trace time.
@@ -110,7 +123,8 @@ def unflatten_walk(children, context, unflatten_own):
         if index < 0:
             _set_path(cache, path, tensor)
     rebuilt_paths = tuple(path for path, _ in _walk(cache))
-    if rebuilt_paths != tuple(paths):
+    placeholders = not all(isinstance(child, torch.Tensor) for child in children)  # a spec's structure, described
+    if rebuilt_paths != tuple(paths) and not placeholders:
         # Names are taken from the rebuilt object inside the trace, positions from the caller's: they must agree.
         raise ValueError(
             f"autopatch: a rebuilt {type(cache).__name__} walks as {list(rebuilt_paths)[:6]}..., not as the "
