@@ -162,11 +162,12 @@ def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
         special_image_mask = input_ids == self.config.image_token_id
     n_image_tokens = special_image_mask.sum()
     # A tensor condition: export keeps it as an assertion on the program's inputs (a check on a plain SymInt
-    # comparison is absorbed as a shape fact and not asserted at run time).
+    # comparison is absorbed as a shape fact and not asserted at run time). The message is a constant: under
+    # strict=True Dynamo cannot convert a message closure over tensors ("Can't convert torch._check*() message
+    # closure"), and this replacement only runs while exporting, where the program's assertion names no values.
     torch._check_tensor_all(
         n_image_tokens * inputs_embeds.shape[-1] == image_features.numel(),
-        lambda: f"Image features and image tokens do not match: tokens: {int(n_image_tokens)}, "
-        f"features {image_features.shape[:-1].numel()}",
+        lambda: "Image features and image tokens do not match",
     )
     return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
 
