@@ -14,6 +14,8 @@ The export code is plain torch.export: the column decides only what is around it
   autopatch       nothing in code: EXPORT_PATCHES=1 is set in the environment by the parent (zero-code)
   transformers    transformers.integrations.executorch.register_dynamic_cache_export_support() before export
   onnx_diagnostic with onnx_diagnostic.torch_export_patches(patch_transformers=True): export and run
+  onnx_diagnostic_off  the control: the same interpreter, onnx-diagnostic imported and its context entered with
+                  every patch off (what its install alone does; it should match 'none')
 """
 
 from __future__ import annotations
@@ -174,9 +176,11 @@ def column_context(column: str, result: dict):
         helper()
         result["helpers"] = ["transformers.integrations.executorch.register_dynamic_cache_export_support"]
         return contextlib.nullcontext()
-    if column == "onnx_diagnostic":
+    if column in ("onnx_diagnostic", "onnx_diagnostic_off"):
         from onnx_diagnostic.torch_export_patches import torch_export_patches
 
+        if column == "onnx_diagnostic_off":
+            return torch_export_patches(patch_sympy=False, patch_torch=False, patch_transformers=False)
         return torch_export_patches(patch_transformers=True)
     return contextlib.nullcontext()
 
@@ -368,7 +372,7 @@ def _warm_up(column: str) -> None:
     import catalogue  # noqa: F401
 
     torch.set_num_threads(1)
-    if column == "onnx_diagnostic":
+    if column.startswith("onnx_diagnostic"):
         try:
             import onnx_diagnostic.torch_export_patches  # noqa: F401
         except Exception:

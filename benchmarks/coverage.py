@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
 CHILD = HERE / "_child.py"
-COLUMNS = ["none", "autopatch", "autopatch_strict", "transformers", "onnx_diagnostic",
+COLUMNS = ["none", "autopatch", "autopatch_strict", "transformers", "onnx_diagnostic", "onnx_diagnostic_off",
            "hf_dynamo", "hf_dynamo_autopatch", "hf_onnx", "hf_onnx_autopatch"]
 #: Columns whose children run with EXPORT_PATCHES=1 (zero-code activation).
 AGENT_COLUMNS = ("autopatch", "autopatch_strict", "hf_dynamo_autopatch", "hf_onnx_autopatch")
@@ -153,15 +153,16 @@ def run_coverage(args) -> dict:
     code = provenance.git_state()  # before the run: the code the children import
     versions = interpreter_versions(args.python)
     names = [n for n in catalogue.CASES if not args.cases or any(fnmatch.fnmatch(n, p) for p in args.cases)]
-    od_python = args.od_python or DEFAULT_OD_PYTHON.format(tag="tf" + versions["transformers"].split(".")[0])
-    od = probe_onnx_diagnostic(od_python) if "onnx_diagnostic" in args.columns else None
+    # one onnx-diagnostic venv per transformers minor (setup_onnx_diagnostic.sh): od-tf457, od-tf512, od-tf523
+    od_python = args.od_python or DEFAULT_OD_PYTHON.format(tag="tf" + "".join(versions["transformers"].split(".")[:2]))
+    od = probe_onnx_diagnostic(od_python) if any(c.startswith("onnx_diagnostic") for c in args.columns) else None
     if od and od.get("available") and od.get("transformers") != versions["transformers"]:
         od["note"] = f"runs with transformers {od['transformers']} (its own venv)"
     results = {name: {} for name in names}
     jobs = []
     for name in names:
         for column in args.columns:
-            if column == "onnx_diagnostic" and not od["available"]:
+            if column.startswith("onnx_diagnostic") and not od["available"]:
                 results[name][column] = {"status": "unavailable", "error": od["error"]}
                 continue
             jobs.append((name, column))
@@ -173,7 +174,7 @@ def run_coverage(args) -> dict:
 
     def work(job):
         name, column = job
-        python = od_python if column == "onnx_diagnostic" else args.python
+        python = od_python if column.startswith("onnx_diagnostic") else args.python
         return job, servers.run(python, column, [name, column])
 
     done = 0

@@ -22,6 +22,7 @@ RESULTS = HERE / "results"
 DOCS = REPO / "docs"
 TITLES = {"none": "no patches", "autopatch": "autopatch", "autopatch_strict": "autopatch, strict=True",
           "transformers": "transformers' own", "onnx_diagnostic": "onnx-diagnostic",
+          "onnx_diagnostic_off": "onnx-diagnostic installed, patches off",
           "hf_dynamo": "DynamoExporter", "hf_dynamo_autopatch": "DynamoExporter + autopatch",
           "hf_onnx": "OnnxExporter", "hf_onnx_autopatch": "OnnxExporter + autopatch"}
 STATUSES = ["ok", "export_error", "run_error", "wrong_result", "build_error", "timeout", "crash", "harness_error",
@@ -315,8 +316,16 @@ def main(argv=None) -> None:
               "| autopatch | nothing in code: `EXPORT_PATCHES=1` in the child's environment (zero-code) |",
               "| transformers' own | `transformers.integrations.executorch.register_dynamic_cache_export_support()` "
               "called first (`n/a` where the installed transformers has no such helper) |",
-              "| onnx-diagnostic | `with torch_export_patches(patch_transformers=True):` around export and run "
-              "(`benchmarks/setup_onnx_diagnostic.sh`) |",
+              "| onnx-diagnostic | `with torch_export_patches(patch_transformers=True):` around export and run, "
+              "in a venv of its own per transformers version (`benchmarks/setup_onnx_diagnostic.sh`), with the "
+              "onnx-diagnostic release written for that transformers: 0.9.2 on 4.x (0.9.3's mask patches take "
+              "transformers 5's `q_length=` signature and build empty masks from 4.57's `cache_position=`), 0.9.3 "
+              "on 5.x (its newest working transformers is 5.12.1: from 5.13 its sdpa patch calls `use_gqa_in_sdpa` "
+              "with one argument too few, and its import fails on 5.18, 5.23 and 5.24) |",
+              "| onnx-diagnostic installed, patches off | the control: the same venv, onnx-diagnostic imported and "
+              "`torch_export_patches(patch_sympy=False, patch_torch=False, patch_transformers=False)` entered; "
+              "it should match no patches, so a difference between the two onnx-diagnostic columns is the tool's "
+              "patches, not its install |",
               "| autopatch, strict=True | as autopatch, with `strict=True` (Dynamo) |",
               "| DynamoExporter, OnnxExporter | transformers' own exporters (5.x `transformers.exporters`) through "
               "their public API, `Config(dynamic=True)` (their own dynamic shapes), the result run by their own "

@@ -40,7 +40,7 @@ done
 step onnx_diagnostic_venvs bash benchmarks/setup_onnx_diagnostic.sh
 
 # The plain-export columns; transformers' own exporters are the next step's (5.x only, merged into the same file).
-PLAIN="none autopatch autopatch_strict transformers onnx_diagnostic"
+PLAIN="none autopatch autopatch_strict transformers onnx_diagnostic onnx_diagnostic_off"
 coverage_both() {
     .venv/bin/python benchmarks/coverage.py --columns $PLAIN --workers 1 --timeout "$TIMEOUT" --no-docs > "$LOGS/coverage-tf5.log" 2>&1 &
     local a=$!
@@ -50,6 +50,11 @@ coverage_both() {
     tail -n 5 "$LOGS/coverage-tf5.log" "$LOGS/coverage-tf4.log"
 }
 step coverage coverage_both
+# onnx-diagnostic at its best: 0.9.3 with its newest working transformers (5.12.1, .venv-tf512), beside autopatch.
+if [ -x .venv-tf512/bin/python ]; then
+    step coverage_tf512 .venv-tf512/bin/python benchmarks/coverage.py --columns none autopatch onnx_diagnostic \
+        onnx_diagnostic_off --workers 2 --timeout "$TIMEOUT" --no-docs
+fi
 # EXPORTERS=0 skips transformers' exporters (their columns keep what the results file holds, with its commit).
 if [ "${EXPORTERS:-1}" != "0" ]; then
     step exporters .venv/bin/python benchmarks/coverage.py --merge --columns hf_dynamo hf_dynamo_autopatch hf_onnx \
