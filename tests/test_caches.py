@@ -462,3 +462,36 @@ def test_decoder_step_given_encoder_outputs(make_agent, name):
     for g, e in zip(got_leaves, expected_leaves):
         torch.testing.assert_close(g, e)
     assert agent.records["pytree.model_output_keys"].hits > 0
+
+
+@requires("transformers>=5.23")
+def test_static_cache_with_sliding_layers_is_exact_or_refused(pytree_patches, monkeypatch):
+    """Gemma 3's own 5:1 pattern in a StaticCache: 5.x's static sliding layer branches on a Python int count
+    (`cumulative_length_int`: is its window full?), a constant of any program. It travels in the context, so the
+    program runs exactly at the traced count (other batches, the same step length) and refuses any other count
+    with torch's input-spec check: never the traced count's branch applied to another."""
+    config = transformers.Gemma3TextConfig(**{**zoo.COMMON, "num_hidden_layers": 6, "head_dim": 16,
+                                              "sliding_window": 8})
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    traced, other = _static_inputs(model, config, 2, 5, 2, 1), _static_inputs(model, config, 3, 5, 2, 2)
+    shapes = autopatch.guess_dynamic_shapes(traced, other)
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+        for batch in (1, 4):
+            run = _static_inputs(model, config, batch, 5, 2, batch)
+            torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits,
+                                       model(**copy.deepcopy(run)).logits)
+        elsewhere = _static_inputs(model, config, 2, 9, 2, 3)  # past the window: the other branch
+        with pytest.raises(ValueError, match="Trying to flatten user inputs with exported input tree spec"):
+            program.module()(**copy.deepcopy(elsewhere))
+    # Without the count in the context, the rebuilt layers start from 0 and take the wrong branch: wrong numbers
+    # at the traced count already, silently.
+    from autopatch.patches import pytree_caches
+
+    monkeypatch.setattr(pytree_caches, "INT_COUNTERS", ())
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
+        run = _static_inputs(model, config, 2, 5, 2, 3)
+        wrong = (program.module()(**copy.deepcopy(run)).logits - model(**copy.deepcopy(run)).logits).abs().max()
+    assert wrong > 1e-2

@@ -64,10 +64,23 @@ def _decoder_cache(config_name, model_name, past=6, **extra):
     return zoo.decode_inputs(model, config, batch=2, past=past, seq=2, seed=1)["past_key_values"]
 
 
+def _static_cache():
+    """A StaticCache (static full and static sliding layers, tensor position counters) filled by a prefill."""
+    config = transformers.Gemma3TextConfig(**{**zoo.COMMON, "num_hidden_layers": 6, "head_dim": 16,
+                                              "sliding_window": 8})
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    cache = transformers.StaticCache(config=config, max_cache_len=16)
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 128, (2, 5)), past_key_values=cache, use_cache=True)
+    return cache
+
+
 def _caches():
     """Every layer kind a 5.23 DynamicCache holds, from real models: full (Llama); sliding only, inside its
     window (Mistral's own 4096) and past it (window 4); sliding beside full (Gemma 3's own 5:1 pattern); linear
-    attention beside full (Qwen3-Next, Jamba); and an EncoderDecoderCache (Bart)."""
+    attention beside full (Qwen3-Next, Jamba); a StaticCache of static full and sliding layers; and an
+    EncoderDecoderCache (Bart)."""
     from test_caches import _hybrid, _hybrid_decode_inputs
 
     made = {
@@ -79,6 +92,7 @@ def _caches():
     }
     for name in ("qwen3_next", "jamba"):
         made[name] = _hybrid_decode_inputs(_hybrid(name), 2, 5, 1)["past_key_values"]
+    made["static_gemma3"] = _static_cache()
     model, config = zoo.build_seq2seq("bart")
     made["bart"] = zoo.seq2seq_decode_inputs(model, config, batch=2, source=5, past=3, seq=2, seed=1)[
         "past_key_values"]

@@ -125,20 +125,36 @@ def _state(layer, kind: str, index):
 _ABSENT = object()
 
 
+#: Python int counters some layers branch on besides their tensors (5.x StaticSlidingWindowLayer: whether its
+#: window is full). Traced, such an int is a constant of the program: it goes to the context, so a program is
+#: refused (its input spec differs) at any other count, never run with the traced one.
+INT_COUNTERS = ("cumulative_length_int",)
+
+
 def _describe_layer(layer, kinds: LayerKinds):
     cls = type(layer)
     if cls not in kinds.ctor_args:
         kinds.learn(cls)  # a model-local layer class: learnt on first eager flatten
-    kwargs = tuple((a, getattr(layer, a)) for a in kinds.ctor_args[cls] if getattr(layer, a, None) is not None)
+    kwargs = tuple((a, _ctor_value(layer, a)) for a in kinds.ctor_args[cls] if _ctor_value(layer, a) is not None)
     kv = getattr(layer, "keys", None) is not None
     # Static layers keep their position in a tensor: that one is data, and travels as a leaf.
     counter = kv and isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
     linear = _linear_states(layer) if _is_linear(layer) else ()
-    return (_qualified(cls), kwargs, kv, counter, linear)
+    ints = tuple((name, getattr(layer, name)) for name in INT_COUNTERS if type(getattr(layer, name, None)) is int)
+    return (_qualified(cls), kwargs, kv, counter, linear, ints)
+
+
+def _ctor_value(layer, name: str):
+    """The constructor argument ``name`` as the layer keeps it. A static sliding layer keeps no window, only
+    ``max_cache_len = min(window, max_cache_len)``: passing that as both rebuilds the same layer."""
+    value = getattr(layer, name, None)
+    if value is None and name == "sliding_window" and getattr(layer, "is_sliding", False):
+        value = getattr(layer, "max_cache_len", None)
+    return value
 
 
 def _layer_slots(layer, description) -> list:
-    _, _, kv, counter, linear = description
+    _, _, kv, counter, linear, *_ = description
     slots = []
     if kv:
         slots += [("key_cache", layer.keys), ("value_cache", layer.values)]
@@ -213,9 +229,11 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         children = list(children)
         queues = {n: list(child) for n, child in zip(names, children)}
         built = []
-        for layer_name, kwargs, kv, counter, linear in layers:
+        for layer_name, kwargs, kv, counter, linear, *ints in layers:  # ints: absent from older saved contexts
             cls = kinds.by_name[layer_name]
             layer = cls(**dict(kwargs))
+            for name, value in (ints[0] if ints else ()):
+                setattr(layer, name, value)
             if kv:
                 _fill_kv(layer, queues["key_cache"].pop(0), queues["value_cache"].pop(0), kinds.init_takes_values[cls])
             if counter:
@@ -291,7 +309,7 @@ def _set(layer, name: str, index, value) -> None:
 
 
 def _is_dynamic_sliding(description) -> bool:
-    _, kwargs, kv, counter, _ = description
+    _, kwargs, kv, counter, *_ = description
     return kv and not counter and any(name == "sliding_window" for name, _ in kwargs)
 
 
