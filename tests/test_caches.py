@@ -26,18 +26,23 @@ def pytree_patches(make_agent):
     return make_agent(registry.PATCHES, "pytree")
 
 
+def assert_same_outputs(got, expected):
+    """Every output leaf (logits and every cache state: keys, values, conv and recurrent states, counters) as
+    flattened by the active registrations, and the same tree structure on both sides."""
+    got_leaves, got_spec = torch.utils._pytree.tree_flatten(got)
+    expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(expected)
+    assert got_spec == expected_spec, (got_spec, expected_spec)
+    for g, e in zip(got_leaves, expected_leaves):
+        torch.testing.assert_close(g, e)
+
+
 def _export_and_compare(model, traced, other_a, other_b, run):
     shapes = autopatch.guess_dynamic_shapes(traced, other_a)
     with torch.no_grad():
         program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
         expected = model(**copy.deepcopy(other_b))
         got = program.module()(**copy.deepcopy(other_b))
-    torch.testing.assert_close(got.logits, expected.logits)
-    for a, b in zip(got.past_key_values.layers if hasattr(got.past_key_values, "layers") else [],
-                    expected.past_key_values.layers if hasattr(expected.past_key_values, "layers") else []):
-        if getattr(b, "keys", None) is not None:
-            torch.testing.assert_close(a.keys, b.keys)
-            torch.testing.assert_close(a.values, b.values)
+    assert_same_outputs(got, expected)
     return program
 
 
@@ -159,7 +164,7 @@ def test_state_space_decode_step_with_and_without_its_patch(pytree_patches, name
     shapes = autopatch.guess_dynamic_shapes(traced, other)
     with torch.no_grad():
         program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
-        torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits, model(**copy.deepcopy(run)).logits)
+        assert_same_outputs(program.module()(**copy.deepcopy(run)), model(**copy.deepcopy(run)))
         assert pytree_patches.records[patch_id].hits > 0
         pytree_patches.enable(f"pytree,{SSM_ALSO},-{patch_id}")
         with pytest.raises(Exception, match="Cache"):
@@ -323,7 +328,7 @@ def test_hybrid_decode_step(make_agent, name, cache_patch):
         run = _hybrid_decode_inputs(model, batch, past, seed, padded)
         with torch.no_grad():
             got, expected = program.module()(**copy.deepcopy(run)), model(**copy.deepcopy(run))
-        torch.testing.assert_close(got.logits, expected.logits)
+        assert_same_outputs(got, expected)
     if any(i.endswith("decode_position") for i in needed):  # a decode step at position 0 contradicts its cache:
         wrong = {**copy.deepcopy(traced), "cache_position": torch.tensor([0])}  # refused, not miscomputed
         with pytest.raises(Exception, match="Runtime assertion failed"):
@@ -419,8 +424,7 @@ def test_one_token_decode_step_needs_its_decode_by_length_row(make_agent, name):
     for batch, past, seed in ((1, 7, 3), (4, 9, 4)):
         run = _ssm_inputs(model, batch, past, seed)
         with torch.no_grad():
-            torch.testing.assert_close(program.module()(**copy.deepcopy(run)).logits,
-                                       model(**copy.deepcopy(run)).logits)
+            assert_same_outputs(program.module()(**copy.deepcopy(run)), model(**copy.deepcopy(run)))
     # One token at position 0 would take the prefill path in eager: the program refuses it, it does not miscompute.
     with pytest.raises(Exception, match="Runtime assertion failed"):
         program.module()(**_ssm_inputs(model, 2, 5, 5, position=0))
