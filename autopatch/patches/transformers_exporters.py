@@ -13,8 +13,9 @@ So the convention is decided per export, once:
     walk).  The pytree context records it (``WALK``), so a spec written there unflattens the same way anywhere
     later (the runners rebuild outputs from it), and flattening *by* that spec follows it (``layout_of``).  The
     rest of the codec (what a layer holds, what is rebuilt from sizes) is unchanged: the walk is only a
-    permutation of the agent's leaves (plus constants the walk names).  Where no one-to-one permutation exists, the cache is
-    flattened by transformers' own function for that export (``DEFERRED``), and the export's report says so.
+    permutation of the agent's leaves (plus constants the walk names).  Where no one-to-one permutation exists,
+    the cache is flattened by transformers' own function for that export (``DEFERRED``), and the export's report
+    says so.
   * everywhere else, including ``DynamoExporter``, whose artifact is an ``ExportedProgram`` run through pytree
     on both sides, the agent's layout.
 """
