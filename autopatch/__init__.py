@@ -9,8 +9,6 @@ Importing this package is cheap: torch, transformers and wrapt are imported only
 
 from __future__ import annotations
 
-import contextlib
-
 from . import _bootstrap
 
 # The subpackage of replacements shares its name with the function patches() below. Loaded here first (its
@@ -45,12 +43,17 @@ def disable() -> None:
     _agent().disable()
 
 
-@contextlib.contextmanager
 def patched(selection: str = "all", extra_patches=()):
     """Patches active inside the block; the previous selection (or none) is restored after it.
 
     ``extra_patches``: custom patches (``PatchSpec``, or ``compat.PatchInfo``) for this block only; they are
     selected with ``selection`` and taken out of the table when the block ends."""
+    import contextlib  # here, not at the top: importing the package at interpreter start-up must stay cheap
+
+    return contextlib.contextmanager(_patched)(selection, extra_patches)
+
+
+def _patched(selection, extra_patches):
     agent = _agent()
     specs = [getattr(p, "spec", p) for p in extra_patches]
     added = [spec for spec in specs if spec.id not in agent.records]

@@ -1,21 +1,22 @@
 """The agent's lifecycle: which patches are selected, when each is installed, and how all are taken out.
 
-    enable(selection) ─> every selected spec: version gate ─> SKIPPED
-                                              └─> trigger imported?  yes: install now (APPLIED_LATE)
-                                                                     no:  PENDING, hook on the trigger
-    trigger imported ─> hook ─> install (APPLIED | DRIFTED | SKIPPED | FAILED)
+    enable(selection) ─> every selected spec: trigger imported?  yes: version gate ─> SKIPPED, or install now
+                                                                      (APPLIED_LATE)
+                                                                 no:  PENDING, hook on the trigger
+    trigger imported ─> hook ─> version gates ─> SKIPPED, or install (APPLIED | DRIFTED | SKIPPED | FAILED)
     disable() ─> undo every installed patch, every other record back to DISABLED
+
+The version gates of pending patches (installed distributions' metadata, ``packaging``) are evaluated when the
+first hook fires, or when anything reads ``records`` (status, ``autopatch.patches()``): never at interpreter
+start-up, whose cost they would multiply, and a reader never sees a gated patch as pending.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
-import threading
+from _thread import RLock
 
-from . import config, hooks, install, registry, scope, selection, state, versions
-
-log = logging.getLogger("autopatch")
+from . import config, hooks, logs, registry, selection, state
 
 
 class AgentError(RuntimeError):
@@ -24,11 +25,13 @@ class AgentError(RuntimeError):
 
 class Agent:
     def __init__(self, entry_points=registry.EXPORT_ENTRY_POINTS, patches=registry.PATCHES):
-        self._lock = threading.RLock()
+        self._lock = RLock()  # threading.RLock, without importing threading
         self.entry_points = tuple(entry_points)
         self.patches = list(patches)
-        self.records = {spec.id: state.PatchRecord(spec) for spec in self.entry_points + tuple(self.patches)}
-        if len(self.records) != len(self.entry_points) + len(self.patches):  # one record, one install per id
+        self._records = {spec.id: state.PatchRecord(spec) for spec in self.entry_points + tuple(self.patches)}
+        #: Ids of pending records whose version gate is not evaluated yet.
+        self._ungated: set[str] = set()
+        if len(self._records) != len(self.entry_points) + len(self.patches):  # one record, one install per id
             ids = [spec.id for spec in self.entry_points + tuple(self.patches)]
             raise ValueError(f"patch ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}")
         self.selection = selection.parse("", self.patches)
@@ -38,24 +41,53 @@ class Agent:
     def active(self) -> bool:
         return self.selection.active
 
+    @property
+    def records(self) -> dict:
+        """Patch id -> record, with every version gate evaluated (a reader never sees a gated patch pending)."""
+        if self._ungated:
+            with self._lock:
+                self._gate_pending()
+        return self._records
+
+    def _gate_pending(self) -> None:
+        """Evaluates the version gates left for later by ``_arm`` (caller holds the lock)."""
+        while self._ungated:
+            record = self._records.get(self._ungated.pop())
+            if record is not None and record.state == state.PENDING:
+                self._gate(record)
+
+    def _gate(self, record) -> bool:
+        """False (and the record SKIPPED, with the reason) when an installed version is not the one required."""
+        from . import versions
+
+        try:
+            why_not = versions.unmet(record.spec.requires)
+        except Exception as exc:  # unreadable metadata, an invalid version: the patch cannot be trusted here
+            why_not = f"cannot check {record.spec.requirement_text}: {type(exc).__name__}: {exc}"
+        if why_not:
+            record.set(state.SKIPPED, why_not)
+            return False
+        return True
+
     def add(self, spec) -> None:
         """Adds a spec to the table (custom patches); it is selected by the next enable()."""
         with self._lock:
-            if spec.id in self.records:
+            if spec.id in self._records:
                 raise ValueError(f"a patch with id {spec.id!r} already exists")
             self.patches.append(spec)
-            self.records[spec.id] = state.PatchRecord(spec)
+            self._records[spec.id] = state.PatchRecord(spec)
 
     def remove(self, patch_id: str) -> None:
         """Takes a custom patch out of the table again (context managers that brought their own patches).
         Its record must not be installed: disable or re-enable without it first."""
         with self._lock:
-            record = self.records.get(patch_id)
+            record = self._records.get(patch_id)
             if record is None:
                 return
             if record.state in state.INSTALLED:
                 raise RuntimeError(f"patch {patch_id!r} is installed; disable it before removing it")
-            del self.records[patch_id]
+            del self._records[patch_id]
+            self._ungated.discard(patch_id)
             self.patches = [s for s in self.patches if s.id != patch_id]
 
     _plugins_loaded = False
@@ -68,11 +100,15 @@ class Agent:
         if self._plugins_loaded:
             return list(self._plugin_problems)
         self._plugins_loaded = True
-        from importlib import metadata
-
+        try:
+            if not _may_declare_entry_points(PLUGIN_GROUP):
+                return []
+            from importlib import metadata
+        except Exception as exc:
+            return [f"plugins: cannot list entry points: {type(exc).__name__}: {exc}"]
         problems = []
         try:
-            points = metadata.entry_points(group="autopatch.patches")
+            points = metadata.entry_points(group=PLUGIN_GROUP)
         except Exception as exc:  # a broken distribution's metadata must not stop the agent
             return [f"plugins: cannot list entry points: {type(exc).__name__}: {exc}"]
         for point in points:
@@ -87,9 +123,12 @@ class Agent:
     def _load_user_rewrites(self) -> list[str]:
         """The rewrite patches EXPORT_PATCHES_REWRITE names, as read now (an earlier enable's that the variable
         no longer names leave the table)."""
+        text = config.read("EXPORT_PATCHES_REWRITE")
+        if not text and not any(spec.id.startswith(("rewrite.user.", "rewrite.auto.")) for spec in self.patches):
+            self.auto_rewrite = False
+            return []  # nothing to add or take out: the rewrite package (ast, inspect) is not imported
         from .rewrite import auto, user_targets
 
-        text = config.read("EXPORT_PATCHES_REWRITE")
         specs, problems = user_targets.specs_from(text)
         self.auto_rewrite = user_targets.auto_requested(text)
         wanted = {spec.id for spec in specs}
@@ -99,7 +138,7 @@ class Agent:
             elif spec.id.startswith(auto.PREFIX) and not self.auto_rewrite:
                 self.remove(spec.id)
         for spec in specs:
-            if spec.id not in self.records:
+            if spec.id not in self._records:
                 self.add(spec)
         return problems
 
@@ -119,33 +158,42 @@ class Agent:
                 return sel
             chosen = [s for s in self.entry_points] + [s for s in self.patches if s.id in sel.ids]
             for spec in chosen:
-                self._arm(self.records[spec.id])
+                self._arm(self._records[spec.id])
             if self.auto_rewrite:
+                from . import scope
+
                 scope.on_export_failure = self._rewrite_after_failure
-            log.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
+            logs.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
             return sel
 
     def _arm(self, record) -> None:
         spec = record.spec
-        why_not = versions.unmet(spec.requires)
-        if why_not:
-            record.set(state.SKIPPED, why_not)
+        module = sys.modules.get(spec.trigger)
+        # The version gate reads metadata with importlib.metadata and packaging, whose imports cost more than the
+        # interpreter's start-up: unless the trigger is imported already (or the debug log shows every state
+        # change as it happens), it waits for the hook, or for a reader of ``records``.
+        now = module is not None or logs.debug_enabled()
+        if now and not self._gate(record):
             return
         record.set(state.PENDING)
-        module = sys.modules.get(spec.trigger)
         if module is not None:
             self._install(record, module, late=True)
-        else:
-            hooks.on_import(spec.trigger, self._on_import)
+            return
+        if not now:
+            self._ungated.add(spec.id)
+        hooks.on_import(spec.trigger, self._on_import)
 
     def _on_import(self, module) -> None:
         # Runs inside the user's import statement: nothing may escape but a strict-mode error.
         with self._lock:
-            for record in list(self.records.values()):
+            self._gate_pending()
+            for record in list(self._records.values()):
                 if record.spec.trigger == module.__name__ and record.state == state.PENDING:
                     self._install(record, module, late=False)
 
     def _install(self, record, module, late: bool) -> None:
+        from . import install
+
         install.install(record, module, late=late)
         if record.state == state.FAILED:
             last = record.detail.strip().splitlines()[-1]
@@ -155,7 +203,7 @@ class Agent:
         """One log line, the program runs on; under EXPORT_PATCHES_STRICT=1 an exception instead."""
         if config.strict():
             raise AgentError(f"{message}\n{detail}" if detail else message)
-        log.warning("autopatch: %s", message)
+        logs.warning("autopatch: %s", message)
 
     auto_rewrite = False
 
@@ -181,25 +229,66 @@ class Agent:
             _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} not rewritten: "
                   f"{record.state}: {record.detail.strip().splitlines()[-1] if record.detail.strip() else ''}")
             return False
-        log.warning("autopatch: rewrote %s.%s (a data-dependent `if` at line %s stopped the export); exporting "
+        logs.warning("autopatch: rewrote %s.%s (a data-dependent `if` at line %s stopped the export); exporting "
                     "again", module, qualname, line)
         return True
 
     def disable(self) -> None:
         with self._lock:
-            if scope.on_export_failure == self._rewrite_after_failure:
+            scope = sys.modules.get(f"{__package__}.scope")  # not imported: no hook of ours in it
+            if scope is not None and scope.on_export_failure == self._rewrite_after_failure:
                 scope.on_export_failure = None
-            for record in self.records.values():
+            self._ungated.clear()  # every pending record becomes DISABLED
+            for record in self._records.values():
                 if record.state in state.INSTALLED:
+                    from . import install
+
                     install.uninstall(record)
                     if record.detail:
-                        log.warning("autopatch: %s: %s", record.spec.id, record.detail)
+                        logs.warning("autopatch: %s: %s", record.spec.id, record.detail)
                 else:
                     record.set(state.DISABLED)
             self.selection = selection.parse("", self.patches)
 
     def hits(self) -> dict:
         return {r.spec.id: r.hits for r in self.records.values() if r.hits}
+
+
+#: The entry-point group of third-party patches.
+PLUGIN_GROUP = "autopatch.patches"
+
+
+def _may_declare_entry_points(group: str) -> bool:
+    """False only when no distribution on sys.path declares entry points in ``group``: reads the entry_points.txt
+    files importlib.metadata would read, without importing it (that import alone costs more than starting the
+    interpreter, and almost every process has no plugin). Where it cannot tell as importlib.metadata would (a
+    zip on sys.path, another finder that lists distributions), True: importlib.metadata then answers."""
+    import os
+
+    standard = getattr(sys.modules.get("_frozen_importlib_external"), "PathFinder", None)
+    if any(finder is not standard and getattr(finder, "find_distributions", None) is not None
+           for finder in sys.meta_path):
+        return True
+    needle = group.encode()
+    for entry in sys.path:
+        root = os.fspath(entry) or "."
+        try:
+            children = os.listdir(root)
+        except NotADirectoryError:
+            return True  # a zip archive, perhaps with distributions inside
+        except OSError:
+            continue
+        egg = os.path.basename(root).lower().endswith(".egg")
+        for child in children:
+            low = child.lower()
+            if low.endswith((".dist-info", ".egg-info")) or (egg and low == "egg-info"):
+                try:
+                    with open(os.path.join(root, child, "entry_points.txt"), "rb") as file:
+                        if needle in file.read():
+                            return True
+                except OSError:
+                    continue
+    return False
 
 
 AGENT = Agent()

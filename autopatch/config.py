@@ -6,15 +6,20 @@ against it.  Reading the environment is kept here so that the rest of the code n
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 
-@dataclasses.dataclass(frozen=True)
 class EnvVar:
-    name: str
-    default: str
-    help: str
+    """One variable: its name, default and the help text (a plain class: ``dataclasses`` is too slow to import
+    at interpreter start-up)."""
+
+    __slots__ = ("name", "default", "help")
+
+    def __init__(self, name: str, default: str, help: str):
+        self.name, self.default, self.help = name, default, help
+
+    def __repr__(self):
+        return f"EnvVar(name={self.name!r}, default={self.default!r}, help={self.help!r})"
 
 
 VARIABLES = (

@@ -13,22 +13,34 @@ caller decides (warn, or raise under EXPORT_PATCHES_STRICT=1).
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
-import re
-
 from .spec import FAMILIES
 
 ALL_WORDS = ("1", "all", "on", "true", "yes")
 NONE_WORDS = ("0", "none", "off", "false", "no")
-_TOKEN = re.compile(r"^-?[A-Za-z0-9_.*?\[\]]+$")
+#: What an item is made of, after an optional leading '-' (checked without ``re``, which costs start-up time).
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.*?[]")
 
 
-@dataclasses.dataclass
+def _well_formed(token: str) -> bool:
+    body = token[1:] if token.startswith("-") else token
+    return bool(body) and _TOKEN_CHARS.issuperset(body)
+
+
 class Selection:
-    text: str
-    ids: tuple[str, ...]
-    problems: tuple[str, ...]
+    """The parsed value (a plain class rather than a dataclass: ``dataclasses`` is slow to import)."""
+
+    def __init__(self, text: str, ids: tuple[str, ...], problems: tuple[str, ...]):
+        self.text, self.ids, self.problems = text, ids, problems
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.text, self.ids, self.problems) == (other.text, other.ids, other.problems)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Selection(text={self.text!r}, ids={self.ids!r}, problems={self.problems!r})"
 
     @property
     def active(self) -> bool:
@@ -51,7 +63,7 @@ def parse(text: str, specs) -> Selection:
         if not token:
             problems.append(f"EXPORT_PATCHES={text!r}: empty item between commas; {_choices(families)}")
             continue
-        if not _TOKEN.match(token) or token.startswith("--"):
+        if not _well_formed(token) or token.startswith("--"):
             problems.append(f"EXPORT_PATCHES: malformed item {token!r}; {_choices(families)}")
             continue
         negate = token.startswith("-")
@@ -83,6 +95,8 @@ def _match(name: str, specs, negate: bool):
     if name in FAMILIES and name != "agent":
         return set()  # a family with only opt-in patches, or none here: nothing by default, still a valid name
     if any(ch in name for ch in "*?["):
+        import fnmatch
+
         globbed = {s.id for s in specs if fnmatch.fnmatchcase(s.id, name) and (s.default or negate)}
         # A glob that names opt-in patches only (e.g. torch.stop_*) selects them: it was explicit enough.
         return globbed or {s.id for s in specs if fnmatch.fnmatchcase(s.id, name)} or None

@@ -7,9 +7,6 @@ A PatchSpec holds only strings and tuples: nothing in it imports torch or transf
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-
 #: How a patch is put in place.
 #:  - ``route``: the target is replaced by a router that calls the replacement while the current thread is
 #:    inside ``torch.export`` and the original everywhere else (scope ``export``).
@@ -25,35 +22,70 @@ MODES = ("route", "entry", "install", "rewrite")
 FAMILIES = ("agent", "torch", "transformers", "pytree", "rewrite", "custom")
 
 
-@dataclasses.dataclass(frozen=True)
-class PatchSpec:
-    id: str
-    family: str
-    #: The module that *defines* the target. Hooking a parent package fires while it is half initialised.
-    trigger: str
-    #: Attribute path inside the trigger module: ``"func"`` or ``"Class.method"``.
-    target: str
-    mode: str
-    #: ``"module:attribute"``, resolved only when the patch is installed (custom patches may give the callable).
-    #: Empty for ``entry`` patches.
-    replacement: object = ""
-    #: PEP 440 requirements on installed distributions, checked from metadata before anything is imported.
-    requires: tuple[tuple[str, str], ...] = ()
-    #: Fingerprints (``fingerprint.of``) of the original source this patch was written against. Empty: the
-    #: original is wrapped rather than rewritten, so its source does not matter.
-    fingerprints: tuple[str, ...] = ()
-    reason: str = ""
-    link: str = ""
-    #: Selected by ``EXPORT_PATCHES=1``. Opt-in patches must be named.
-    default: bool = True
+_FIELDS = ("id", "family", "trigger", "target", "mode", "replacement", "requires", "fingerprints", "reason", "link",
+           "default")
 
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"patch {self.id!r}: mode {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.family not in FAMILIES:
-            raise ValueError(f"patch {self.id!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        if self.mode != "entry" and not callable(self.replacement) and ":" not in self.replacement:
-            raise ValueError(f"patch {self.id!r}: replacement {self.replacement!r} must be 'module:attribute'")
+
+class PatchSpec:
+    """Immutable; compared, hashed and printed by its fields, like the frozen dataclass it replaces (written out
+    by hand: ``dataclasses`` imports ``inspect``, which would double the start-up of an interpreter that
+    activates the agent)."""
+
+    __match_args__ = _FIELDS
+
+    def __init__(
+        self,
+        id: str,
+        family: str,
+        #: The module that *defines* the target. Hooking a parent package fires while it is half initialised.
+        trigger: str,
+        #: Attribute path inside the trigger module: ``"func"`` or ``"Class.method"``.
+        target: str,
+        mode: str,
+        #: ``"module:attribute"``, resolved only when the patch is installed (custom patches may give the
+        #: callable). Empty for ``entry`` patches.
+        replacement: object = "",
+        #: PEP 440 requirements on installed distributions, checked from metadata before the patch is installed.
+        requires: tuple[tuple[str, str], ...] = (),
+        #: Fingerprints (``fingerprint.of``) of the original source this patch was written against. Empty: the
+        #: original is wrapped rather than rewritten, so its source does not matter.
+        fingerprints: tuple[str, ...] = (),
+        reason: str = "",
+        link: str = "",
+        #: Selected by ``EXPORT_PATCHES=1``. Opt-in patches must be named.
+        default: bool = True,
+    ):
+        fields = self.__dict__
+        fields["id"], fields["family"], fields["trigger"], fields["target"], fields["mode"] = (
+            id, family, trigger, target, mode)
+        fields["replacement"], fields["requires"], fields["fingerprints"] = replacement, requires, fingerprints
+        fields["reason"], fields["link"], fields["default"] = reason, link, default
+        if mode not in MODES:
+            raise ValueError(f"patch {id!r}: mode {mode!r} is not one of {', '.join(MODES)}")
+        if family not in FAMILIES:
+            raise ValueError(f"patch {id!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
+        if mode != "entry" and not callable(replacement) and ":" not in replacement:
+            raise ValueError(f"patch {id!r}: replacement {replacement!r} must be 'module:attribute'")
+
+    def _fields(self) -> tuple:
+        return tuple(self.__dict__[name] for name in _FIELDS)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self):
+        return hash(self._fields())
+
+    def __repr__(self):
+        return f"{type(self).__qualname__}(" + ", ".join(f"{name}={self.__dict__[name]!r}" for name in _FIELDS) + ")"
 
     @property
     def scope(self) -> str:
@@ -70,6 +102,8 @@ class PatchSpec:
     def resolve_replacement(self):
         if callable(self.replacement):  # custom patches may hand the function itself
             return self.replacement
+        import importlib
+
         module_name, _, attr = self.replacement.partition(":")
         obj = importlib.import_module(module_name)
         for part in attr.split("."):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import threading
+from _thread import allocate_lock
 
-log = logging.getLogger("autopatch")
+from . import logs
 
 DISABLED = "disabled"  # not selected, or the agent is off
 SKIPPED = "skipped"  # selected, but cannot apply here (version requirement, missing target, kept registration)
@@ -20,24 +18,40 @@ STATES = (DISABLED, SKIPPED, PENDING, APPLIED, APPLIED_LATE, DRIFTED, FAILED)
 INSTALLED = (APPLIED, APPLIED_LATE)
 
 
-@dataclasses.dataclass
 class PatchRecord:
-    spec: object
-    state: str = DISABLED
-    detail: str = ""
-    #: Times the replacement ran inside an export (route patches) or was used by one (pytree flatten).
-    hits: int = 0
-    #: How to take the patch out again; set only while installed.
-    undo: object = None
-    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+    """A plain class rather than a dataclass (``dataclasses`` is slow to import at interpreter start-up); it
+    compares and prints as the dataclass did."""
+
+    def __init__(self, spec, state: str = DISABLED, detail: str = "", hits: int = 0, undo=None, _lock=None):
+        self.spec = spec
+        self.state = state
+        self.detail = detail
+        #: Times the replacement ran inside an export (route patches) or was used by one (pytree flatten).
+        self.hits = hits
+        #: How to take the patch out again; set only while installed.
+        self.undo = undo
+        self._lock = allocate_lock() if _lock is None else _lock  # threading.Lock, without importing threading
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return ((self.spec, self.state, self.detail, self.hits, self.undo, self._lock)
+                == (other.spec, other.state, other.detail, other.hits, other.undo, other._lock))
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"PatchRecord(spec={self.spec!r}, state={self.state!r}, detail={self.detail!r}, hits={self.hits!r}, "
+                f"undo={self.undo!r})")
 
     def set(self, state: str, detail: str = "") -> None:
         if state == self.state and detail == self.detail:
             return
         self.state, self.detail = state, detail
         # DEBUG only: problems worth a warning are logged once by the agent, with context.
-        last_line = detail.strip().splitlines()[-1] if detail.strip() else ""
-        log.debug("autopatch: %s: %s%s", self.spec.id, state, f" ({last_line})" if last_line else "")
+        if logs.debug_enabled():
+            last_line = detail.strip().splitlines()[-1] if detail.strip() else ""
+            logs.debug("autopatch: %s: %s%s", self.spec.id, state, f" ({last_line})" if last_line else "")
 
     def hit(self) -> None:
         with self._lock:

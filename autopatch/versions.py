@@ -1,22 +1,48 @@
-"""Version gates read from installed distribution metadata: nothing is imported to answer them."""
+"""Version gates read from installed distribution metadata: nothing is imported to answer them.
+
+``importlib.metadata`` and ``packaging`` are imported on the first question, not with this module: the agent
+asks when a patch's trigger module is imported (or when its state is read), never at interpreter start-up.
+"""
 
 from __future__ import annotations
 
-import functools
-from importlib import metadata
+_installed: dict = {}
 
 
-@functools.lru_cache(maxsize=None)
 def installed(dist: str):
-    """The installed version of a distribution, or None."""
+    """The installed version of a distribution, or None (read once per process)."""
     try:
-        return metadata.version(dist)
+        return _installed[dist]
+    except KeyError:
+        pass
+    from importlib import metadata
+
+    try:
+        version = metadata.version(dist)
     except metadata.PackageNotFoundError:
-        return None
+        version = None
+    return _installed.setdefault(dist, version)
+
+
+_unmet: dict = {}
 
 
 def unmet(requires) -> str:
-    """Empty when every requirement holds, else why not (e.g. 'needs transformers>=5.0, found 4.57.6')."""
+    """Empty when every requirement holds, else why not (e.g. 'needs transformers>=5.0, found 4.57.6').
+    Answered once per process for each requirement tuple (installed versions are read once, too)."""
+    try:
+        return _unmet[requires]
+    except (KeyError, TypeError):  # TypeError: a custom spec's requirements given as a list
+        pass
+    why = _why_unmet(requires)
+    try:
+        _unmet[requires] = why
+    except TypeError:
+        pass
+    return why
+
+
+def _why_unmet(requires) -> str:
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 

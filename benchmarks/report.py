@@ -224,9 +224,10 @@ def startup_section(data: dict) -> list:
              f"{meta['machine']}.  `python -c pass` in "
              "two throwaway venvs of the same base Python, one with the autopatch wheel (its real `.pth` in "
              f"site-packages) and one without; medians of {meta['repeat']} interleaved runs.", "",
-             "| interpreter | median | ratio to without |", "| --- | --- | --- |"]
+             "| interpreter | median | quartiles | ratio to without |", "| --- | --- | --- | --- |"]
     for name, row in cases.items():
-        lines.append(f"| {name} | {row['median_ms']:.2f} ms | **{row['ratio']:.3f}** |")
+        spread = f"{row['q1_ms']:.2f} - {row['q3_ms']:.2f} ms" if "q1_ms" in row else "-"  # older files: none
+        lines.append(f"| {name} | {row['median_ms']:.2f} ms | {spread} | **{row['ratio']:.3f}** |")
     lines.append("")
     return lines
 
