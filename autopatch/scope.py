@@ -223,6 +223,12 @@ def on_export_start(fn):
     return remove
 
 
+def exported_module(entry_args, entry_kwargs):
+    """The module an export entry point was given (the first argument of every entry point: ``mod`` for
+    torch.export, ``model`` for torch.onnx), or None."""
+    return entry_args[0] if entry_args else entry_kwargs.get("mod", entry_kwargs.get("model"))
+
+
 def _start_hooks(args, kwargs) -> list:
     undos = []
     for fn in list(_START_HOOKS):

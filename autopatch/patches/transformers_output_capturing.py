@@ -39,7 +39,7 @@ def install_hooks_before_trace(owner, name, maybe_install_capturing_hooks):
     def before_export(entry_args, entry_kwargs):
         import torch
 
-        module = entry_args[0] if entry_args else entry_kwargs.get("mod", entry_kwargs.get("model"))
+        module = scope.exported_module(entry_args, entry_kwargs)
         if isinstance(module, torch.nn.Module):
             pending = [sub for sub in module.modules()
                        if _installs_on_first_call(type(sub)) and not getattr(sub, "_output_capturing_hooks_installed",

@@ -136,7 +136,7 @@ def count_from_attention_mask(module, args, kwargs):
 def hook_exported_module(entry_args, entry_kwargs):
     """scope.on_export_start callback: pre-hooks on the module being exported (the first argument of every entry
     point) and on its submodules whose forward takes ``past_key_values``, so that a wrapper's inner model counts."""
-    module = entry_args[0] if entry_args else entry_kwargs.get("mod", entry_kwargs.get("model"))
+    module = scope.exported_module(entry_args, entry_kwargs)
     if not isinstance(module, torch.nn.Module):
         return lambda: None
     handles = [
