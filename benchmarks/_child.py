@@ -1,7 +1,7 @@
 """One export case in one column, in its own process.  Started by coverage.py; not meant to be run by hand.
 
     python benchmarks/_child.py CASE COLUMN OUT.json
-    python benchmarks/_child.py --sweep MODEL_TYPE MAPPING OUT.json
+    python benchmarks/_child.py --arch MODEL_TYPE KIND OUT.json       # one architecture of sweep.py
     python benchmarks/_child.py --server COLUMN TIMEOUT      # reads JSON argv lists on stdin, one per line
 
 The server imports torch and transformers once, runs one warm-up export of a two-layer MLP (so the lazy imports
@@ -266,77 +266,6 @@ def run_case(case_name: str, column: str) -> dict:
     return result
 
 
-def run_sweep(model_type: str, mapping: str) -> dict:
-    """Builds MODEL_TYPE from its default config shrunk to tiny sizes, then exports a prefill (use_cache=False)
-    and, for causal LMs, a decode step with the model's own cache (sizes as in the catalogue)."""
-    result = {"model_type": model_type, "mapping": mapping, "build": None, "status": {}, "error": {}}
-    started = time.perf_counter()
-    try:
-        import torch
-        import transformers
-
-        import catalogue
-
-        torch.set_num_threads(1)
-        names = getattr(transformers.models.auto.modeling_auto, mapping)
-        class_name = names[model_type]
-        if isinstance(class_name, (list, tuple)):
-            class_name = class_name[0]
-        try:
-            config = catalogue.shrink_config(transformers.AutoConfig.for_model(model_type))
-            model_cls = getattr(transformers, class_name)
-            torch.manual_seed(0)
-            model = model_cls(config).eval()
-            n_params = sum(p.numel() for p in model.parameters())
-            result["params"] = n_params
-            if n_params > 30_000_000:
-                raise RuntimeError(f"not tiny after shrinking: {n_params / 1e6:.0f}M parameters")
-            seq2seq = mapping.startswith("MODEL_FOR_SEQ_TO_SEQ")
-            with torch.no_grad():
-                if seq2seq:
-                    sets = {"forward": [catalogue._seq2seq_forward(model, config, *s, seed=i + 1)
-                                        for i, s in enumerate(catalogue.SEQ2SEQ_FORWARD)],
-                            "decode": [catalogue._seq2seq_decode(model, config, *s, seed=i + 1)
-                                       for i, s in enumerate(catalogue.SEQ2SEQ_DECODE)]}
-                else:
-                    sets = {"prefill": [catalogue._prefill_inputs(model, config, *s, seed=i + 1)
-                                        for i, s in enumerate(catalogue.PREFILL)]}
-                    try:
-                        sets["decode"] = [catalogue._decode_inputs(model, config, *s, seed=i + 1)
-                                          for i, s in enumerate(catalogue.DECODE)]
-                    except Exception as exc:
-                        result["status"]["decode"] = "build_error"
-                        result["error"]["decode"] = first_line(exc)
-                for inputs in sets.values():  # eager must run the first set
-                    model(**copy.deepcopy(inputs[0]))
-            result["build"] = "ok"
-        except Exception as exc:
-            result.update(build="build_error", build_error=first_line(exc))
-            return result
-        for kind, (a, b, c) in sets.items():
-            with torch.no_grad():
-                try:
-                    shapes = fit_to_signature(model, guess_dynamic_shapes(a, b))
-                    program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes)
-                except Exception as exc:
-                    result["status"][kind], result["error"][kind] = "export_error", first_line(exc)
-                    continue
-                try:
-                    got = program.module()(**copy.deepcopy(c))
-                except Exception as exc:
-                    result["status"][kind], result["error"][kind] = "run_error", first_line(exc)
-                    continue
-                same, detail = compare(got, model(**copy.deepcopy(c)))
-                result["status"][kind] = "ok" if same else "wrong_result"
-                if not same:
-                    result["error"][kind] = detail
-    except Exception as exc:
-        result.update(build="harness_error", build_error=first_line(exc))
-    finally:
-        result["seconds"] = round(time.perf_counter() - started, 2)
-    return result
-
-
 def _patches_used(path: str) -> dict:
     try:
         with open(path) as f:
@@ -352,8 +281,10 @@ def _patches_used(path: str) -> dict:
 
 
 def _one(argv) -> None:
-    if argv[0] == "--sweep":
-        result = run_sweep(argv[1], argv[2])
+    if argv[0] == "--arch":
+        import sweep_arch
+
+        result = sweep_arch.run(argv[1], argv[2])
         out = argv[3]
     else:
         result = run_case(argv[0], argv[1])

@@ -178,6 +178,17 @@ def at_own_depth(config_class, kwargs: dict) -> dict:
     return {**kwargs, "num_hidden_layers": own_depth(deep, floor)}
 
 
+def _cut_layer_lists(config, full_depth: int, depth: int) -> None:
+    """Every stored list with one entry per layer (layer_types, no_rope_layers, mlp_layer_types, ...) cut to the
+    first ``depth`` layers; computed ones (Jamba's layers_block_type) follow the layer count by themselves."""
+    for name, value in list(vars(config).items()):
+        if isinstance(value, (list, tuple)) and len(value) == full_depth and depth and depth < full_depth:
+            try:
+                setattr(config, name, type(value)(value[:depth]))
+            except Exception:
+                pass
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # left-padded batches
 # ---------------------------------------------------------------------------------------------------------------
@@ -897,62 +908,3 @@ def all_cases():
 
 
 CASES = {case.name: case for case in all_cases()}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# shrinking a default config (for the --sweep)
-# ---------------------------------------------------------------------------------------------------------------
-
-# Sizes only: what chooses a code path (sliding_window, layer_types, max_position_embeddings / n_positions, rope
-# parameters, the attention implementation) keeps the default config's value.  The layer counts below are floors:
-# shrink_config keeps as many layers as the config's own per-layer patterns need (own_depth).
-SHRINK = {
-    "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 16, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128,
-    "d_model": 64, "d_ff": 128, "d_kv": 16, "num_layers": 2, "num_heads": 4, "num_decoder_layers": 2,
-    "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-    "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "ffn_dim": 128, "moe_intermediate_size": 32,
-    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "shared_expert_intermediate_size": 32, "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8,
-    "qk_nope_head_dim": 8, "v_head_dim": 16, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
-    "state_size": 8, "mamba_d_state": 8, "time_step_rank": 8, "mamba_dt_rank": 8, "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_kv_heads": 2,
-    "embedding_size": 64, "decoder_vocab_size": 128, "use_mamba_kernels": False,
-}
-LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "encoder_layers",
-                "decoder_layers")
-
-
-def shrink_config(config):
-    """A default config shrunk to tiny sizes: every known size attribute it has (and its sub-configs) is set;
-    its layers are the first ``own_depth`` of the real model's, every per-layer list cut to them."""
-    full_depth, depth = layer_count(config), own_depth(config)
-    for key, value in SHRINK.items():
-        if hasattr(config, key) and not callable(getattr(config, key)):
-            current = getattr(config, key)
-            if current is None and key in ("q_lora_rank", "head_dim"):
-                continue
-            if isinstance(current, bool) != isinstance(value, bool):
-                continue
-            try:
-                setattr(config, key, max(value, depth) if key in LAYER_COUNTS else value)
-            except Exception:
-                pass
-    if full_depth:
-        _cut_layer_lists(config, full_depth, layer_count(config))
-    for sub in ("text_config", "decoder", "encoder"):
-        child = getattr(config, sub, None)
-        if child is not None and hasattr(child, "to_dict"):
-            shrink_config(child)
-    return config
-
-
-def _cut_layer_lists(config, full_depth: int, depth: int) -> None:
-    """Every stored list with one entry per layer (layer_types, no_rope_layers, mlp_layer_types, ...) cut to the
-    first ``depth`` layers; computed ones (Jamba's layers_block_type) follow the layer count by themselves."""
-    for name, value in list(vars(config).items()):
-        if isinstance(value, (list, tuple)) and len(value) == full_depth and depth and depth < full_depth:
-            try:
-                setattr(config, name, type(value)(value[:depth]))
-            except Exception:
-                pass

@@ -3,13 +3,12 @@ with onnx-diagnostic, side by side in one run of one interpreter.
 
     python benchmarks/coverage.py                      # every case of catalogue.py, all columns
     python benchmarks/coverage.py --cases 'llama*' 'torch_*' --columns none autopatch
-    python benchmarks/coverage.py --sweep --sweep-limit 900   # every causal-LM / seq2seq architecture, tiny
 
 Each case runs in its own child interpreter (benchmarks/_child.py) whose export code is plain torch.export:
 autopatch is switched on only by EXPORT_PATCHES=1 in that child's environment (the zero-code promise), and
-EXPORT_PATCHES_REPORT tells which patches ran.  Results go to benchmarks/results/coverage-<transformers>.json
-(and sweep-<transformers>.json); docs/coverage.md and the chart are regenerated from every results file present
-(benchmarks/report.py).
+EXPORT_PATCHES_REPORT tells which patches ran.  Results go to benchmarks/results/coverage-<transformers>.json (the
+sweep of every architecture is sweep.py's); docs/coverage.md, the chart and the README's generated figures are
+regenerated from every results file present (benchmarks/report.py).
 """
 
 from __future__ import annotations
@@ -245,60 +244,9 @@ def _old_results(old: dict, name: str) -> dict:
     return next((case["results"] for case in old["cases"] if case["name"] == name), {})
 
 
-def sweep_architectures(python: str) -> list:
-    code = ("import json; from transformers.models.auto import modeling_auto as m\n"
-            "out = [(k, 'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES') for k in m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]\n"
-            "out += [(k, 'MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES') for k in m.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES]\n"
-            "print(json.dumps(out))")
-    out = subprocess.run([python, "-c", code], env=clean_env(), capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def run_sweep(args) -> dict:
-    import provenance
-
-    started = time.perf_counter()
-    code = provenance.git_state()
-    versions = interpreter_versions(args.python)
-    archs = sweep_architectures(args.python)
-    if args.cases:
-        archs = [a for a in archs if any(fnmatch.fnmatch(a[0], p) for p in args.cases)]
-    workdir = Path(tempfile.mkdtemp(prefix="autopatch-sweep-"))
-    print(f"sweep: {len(archs)} architectures, autopatch on, {args.workers} workers, "
-          f"limit {args.sweep_limit:.0f} s", flush=True)
-    rows = []
-
-    servers = Servers(args.sweep_timeout, workdir)
-
-    def work(arch):
-        model_type, mapping = arch
-        if time.perf_counter() - started > args.sweep_limit:
-            return {"model_type": model_type, "mapping": mapping, "build": "not_run",
-                    "build_error": "total time limit reached", "status": {}, "error": {}}
-        result = servers.run(args.python, "autopatch", ["--sweep", model_type, mapping])
-        if result.get("status") in ("timeout", "crash"):
-            result = {"model_type": model_type, "mapping": mapping, "build": result["status"],
-                      "build_error": result["error"], "status": {}, "error": {}}
-        return result
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.workers) as pool:
-        for i, result in enumerate(pool.map(work, archs), 1):
-            rows.append(result)
-            print(f"[{i}/{len(archs)}] {result['model_type']:<28} build={result['build']:<12} "
-                  f"{json.dumps(result.get('status'))} {(result.get('build_error') or '')[:80]}", flush=True)
-    servers.close()
-    return {
-        "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **code, **versions,
-                 "command": "python benchmarks/coverage.py " + " ".join(sys.argv[1:]), "workers": args.workers,
-                 "timeout": args.sweep_timeout, "limit": args.sweep_limit,
-                 "seconds": round(time.perf_counter() - started, 1)},
-        "architectures": rows,
-    }
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="*", help="glob patterns over case names (or model types with --sweep)")
+    parser.add_argument("--cases", nargs="*", help="glob patterns over case names")
     parser.add_argument("--columns", nargs="*", default=COLUMNS, choices=COLUMNS)
     parser.add_argument("--workers", type=int, default=2, help="children at once (the reference machine has 2 cores)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per case and column")
@@ -308,21 +256,17 @@ def main(argv=None) -> None:
     parser.add_argument("--no-docs", action="store_true", help="do not regenerate docs/coverage.md")
     parser.add_argument("--merge", action="store_true",
                         help="keep the results file's other columns (measure the expensive ones in a run of their own)")
-    parser.add_argument("--sweep", action="store_true", help="sweep transformers' causal-LM and seq2seq mappings")
-    parser.add_argument("--sweep-timeout", type=float, default=180, help="seconds per architecture")
-    parser.add_argument("--sweep-limit", type=float, default=1200, help="total seconds; the rest is 'not_run'")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
-    data = run_sweep(args) if args.sweep else run_coverage(args)
-    out = Path(args.out) if args.out else RESULTS / f"{'sweep' if args.sweep else 'coverage'}-{data['meta']['transformers']}.json"
-    if args.merge and not args.sweep and out.exists():
+    data = run_coverage(args)
+    out = Path(args.out) if args.out else RESULTS / f"coverage-{data['meta']['transformers']}.json"
+    if args.merge and out.exists():
         data = merge_columns(json.loads(out.read_text()), data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {out} ({data['meta']['seconds']} s)")
-    if not args.sweep:
-        for column, counts in data["summary"].items():
-            print(f"  {column:<16} " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for column, counts in data["summary"].items():
+        print(f"  {column:<16} " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if not args.no_docs:
         import report
 

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Regenerates every benchmark result and docs/coverage.md, in both project venvs.
 #
-#   bash benchmarks/run_all.sh            # SWEEP_LIMIT=600 (seconds per venv; 0 skips the sweep), REPEAT=7
+#   bash benchmarks/run_all.sh            # SWEEP=1 (0 skips the sweep), SWEEP_LIMIT=0 (seconds per venv; 0: all), REPEAT=7
 #
 # Steps: onnx-diagnostic's throwaway venvs under /tmp (setup_onnx_diagnostic.sh); the coverage matrix in .venv
 # (transformers 5.x) and .venv-tf4 (4.57) side by side, one worker each (2 children at once: the reference
 # machine has 2 cores), plain-export columns; transformers' own exporters' columns in .venv, merged into its
-# file (EXPORTERS=0 skips them); the sweep of transformers' mappings in both, bounded by SWEEP_LIMIT; the overhead
+# file (EXPORTERS=0 skips them); the sweep of every architecture in both (sweep.py: about an hour; a sweep cut by
+# SWEEP_LIMIT resumes where it stopped when run again at the same commit); the overhead
 # ratios and the interpreter start-up (.venv); the report.  Timings go to benchmarks/results/run_all.json and the top of docs/coverage.md.
 # Every results file records the commit it was measured at and whether the tree was dirty (provenance.py).
 set -u
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO"
-SWEEP_LIMIT="${SWEEP_LIMIT:-600}"
+SWEEP="${SWEEP:-1}"
+SWEEP_LIMIT="${SWEEP_LIMIT:-0}"
 REPEAT="${REPEAT:-7}"
 TIMEOUT="${TIMEOUT:-300}"
 LOGS="${LOGS:-/tmp/autopatch-bench/logs}"
@@ -62,14 +64,14 @@ if [ "${EXPORTERS:-1}" != "0" ]; then
 fi
 
 sweep_both() {
-    .venv/bin/python benchmarks/coverage.py --sweep --workers 1 --sweep-limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf5.log" 2>&1 &
+    .venv/bin/python benchmarks/sweep.py --workers 1 --limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf5.log" 2>&1 &
     local a=$!
-    .venv-tf4/bin/python benchmarks/coverage.py --sweep --workers 1 --sweep-limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf4.log" 2>&1 &
+    .venv-tf4/bin/python benchmarks/sweep.py --workers 1 --limit "$SWEEP_LIMIT" --no-docs > "$LOGS/sweep-tf4.log" 2>&1 &
     local b=$!
     wait $a; wait $b
     tail -n 2 "$LOGS/sweep-tf5.log" "$LOGS/sweep-tf4.log"
 }
-if [ "$SWEEP_LIMIT" != "0" ]; then step sweep sweep_both; fi
+if [ "$SWEEP" != "0" ]; then step sweep sweep_both; fi
 
 step overhead .venv/bin/python benchmarks/overhead.py --repeat "$REPEAT"
 step startup .venv/bin/python benchmarks/startup.py --repeat 40

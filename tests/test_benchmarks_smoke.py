@@ -84,20 +84,57 @@ def _check_report(coverage):
     assert report.measured_at(coverage["meta"]) in text
 
 
-def test_sweep_of_one_architecture_records_its_commit(tmp_path):
+def test_sweep_of_one_architecture_records_its_commit_and_every_step(tmp_path):
     out = tmp_path / "sweep.json"
-    subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--sweep", "--cases", "llama", "--workers", "1",
-                    "--sweep-timeout", "120", "--no-docs", "--out", str(out)],
-                   check=True, capture_output=True, text=True, timeout=240)
+    run = subprocess.run([sys.executable, str(BENCH / "sweep.py"), "--kinds", "causal", "--only", "llama",
+                          "--workers", "1", "--timeout", "280", "--no-docs", "--out", str(out)],
+                         check=True, capture_output=True, text=True, timeout=400)
     sweep = json.loads(out.read_text())
     _check_measured_at(sweep["meta"])
+    assert sweep["meta"]["complete"] is True
     [row] = sweep["architectures"]
     assert row["model_type"] == "llama" and row["build"] == "ok", row
-    assert set(row["status"]) == {"prefill", "decode"} and set(row["status"].values()) <= STATUSES
+    assert set(row["steps"]) == {"prefill", "decode", "loop", "strict"}
+    assert {step: entry["verdict"] for step, entry in row["steps"].items()} == dict.fromkeys(row["steps"], "ok"), row
+    assert "8 steps" in row["steps"]["loop"]["detail"]
+    # one progress line per step: architecture, step, verdict, seconds, done/total
+    assert "[1/1] causal   llama" in run.stdout and " loop      ok " in run.stdout, run.stdout
 
     import report
 
-    assert report.measured_at(sweep["meta"]) in "\n".join(report.sweep_section(sweep))
+    text = "\n".join(report.sweep_section([sweep]))
+    assert report.measured_at(sweep["meta"]) in text
+    assert "| causal | llama | ok | ok | ok | ok |" in text
+    assert "**1 of 1** architectures export every step" in text
+
+
+def test_the_readme_figures_are_the_committed_results():
+    """The README's headline table and overhead figures are generated from benchmarks/results (report.py): a
+    results file regenerated without the README, or a figure edited by hand, fails here."""
+    import report
+
+    blocks = report.readme_blocks(report._load("coverage-*.json"))
+    readme = report.README.read_text()
+    assert set(blocks) == {report.HEADLINE_START, report.OVERHEAD_START}
+    for marker, lines in blocks.items():
+        assert marker in readme, marker
+        assert "\n".join(lines) in readme, f"README block {marker} differs from the results: run benchmarks/report.py"
+
+
+def test_a_stopped_sweep_resumes_at_the_same_commit_only(tmp_path):
+    import provenance
+    import sweep
+
+    code = provenance.git_state()
+    versions = {"torch": "2.13.0", "transformers": "5.23.0"}
+    rows = [{"model_type": "llama", "kind": "causal", "build": "ok", "steps": {}}]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"meta": {**code, **versions, "complete": False}, "architectures": rows}))
+    assert sweep.resumable(path, code, versions) == rows
+    assert sweep.resumable(path, {**code, "commit": "0" * 40}, versions) == []
+    assert sweep.resumable(path, code, {**versions, "transformers": "4.57.6"}) == []
+    path.write_text(json.dumps({"meta": {**code, **versions, "complete": True}, "architectures": rows}))
+    assert sweep.resumable(path, code, versions) == []
 
 
 def test_overhead_and_startup_results_record_their_commit(tmp_path, monkeypatch):
@@ -239,18 +276,6 @@ def test_default_sliding_cases_keep_the_config_class_window_and_pattern():
         assert not {"sliding_window", "layer_types", "max_position_embeddings"} & set(extra), extra
 
 
-def test_the_sweep_shrinks_sizes_not_code_paths():
-    import catalogue
-    import transformers
-
-    config = catalogue.shrink_config(transformers.Gemma3TextConfig())
-    own = transformers.Gemma3TextConfig()
-    assert (config.hidden_size, config.vocab_size) == (64, 128)
-    assert config.sliding_window == own.sliding_window
-    assert config.max_position_embeddings == own.max_position_embeddings
-    assert config.num_hidden_layers == 6 and config.layer_types == own.layer_types[:6]
-
-
 # --- every output leaf and the output's structure -------------------------------------------------------------
 
 
@@ -317,7 +342,7 @@ def test_transformers_exporter_and_strict_columns_then_a_merge(tmp_path):
     out = tmp_path / "coverage.json"
     common = ["--workers", "1", "--timeout", "240", "--no-docs", "--out", str(out)]
     subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--cases", "torch_mlp/forward", "llama/decode",
-                    "--columns", "none", *common], check=True, capture_output=True, text=True, timeout=300)
+                    "--columns", "none", *common], check=True, capture_output=True, text=True, timeout=400)
     columns = ["autopatch_strict", "hf_onnx", "hf_onnx_autopatch"]
     subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--cases", "llama/decode", "--merge",
                     "--columns", *columns, *common], check=True, capture_output=True, text=True, timeout=600)

@@ -1,0 +1,204 @@
+"""One architecture of the sweep, in its own process (sweep.py -> _child.py's server, which forks per job).
+
+    python benchmarks/_child.py --arch MODEL_TYPE KIND OUT.json      # what the server runs; EXPORT_PATCHES=1 set
+
+The architecture is built by ``tiny.build`` (its default config shrunk to tiny sizes, random weights) and each
+of its steps (``tiny.steps``: prefill or forward, decode with the model's own cache) is exported with plain
+``torch.export.export`` -- the agent is switched on by the environment only -- from input set A, with dynamic
+shapes guessed from A and B, and compared leaf by leaf with eager on set C.  Then:
+
+* ``loop``: the exported decode program stepped ``LOOP_STEPS`` times as a runtime steps it (its own cache output
+  fed back, one new token a step, mask and positions advanced), from set B (another batch and past than traced),
+  beside eager stepping from the same start: every step's logits and the final output, cache included, compared.
+  One-step checks miss a cache that is wrong only on the next step.
+* ``strict``: the main step (decode where there is one) exported again with ``strict=True`` (Dynamo).
+
+Every step gets a verdict:
+
+* ``ok``;
+* ``agent``: the export fails, the program fails to run, or its numbers differ from eager, with the agent on:
+  ours to fix;
+* ``harness``: the sweep could not build the model or its inputs (tiny.py's fault or a missing optional package);
+* ``upstream``: eager itself fails or is not deterministic, or the output's structure depends on the input sizes
+  (a Python list per sample: no single program can return both), so no export could be right.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+from _child import compare, first_line, fit_to_signature, guess_dynamic_shapes, leaves_of
+
+LOOP_STEPS = 8
+
+OK, AGENT, HARNESS, UPSTREAM = "ok", "agent", "harness", "upstream"
+
+
+class Verdict(Exception):
+    """Ends a step with a verdict other than ok."""
+
+    def __init__(self, verdict: str, outcome: str, detail: str):
+        super().__init__(detail)
+        self.verdict, self.outcome, self.detail = verdict, outcome, detail
+
+
+def run(model_type: str, kind: str) -> dict:
+    import torch
+
+    import tiny
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    arch = next((a for a in tiny.architectures([kind]) if a.model_type == model_type), None)
+    result = {"model_type": model_type, "kind": kind, "class_name": arch.class_name if arch else None,
+              "build": None, "steps": {}}
+    try:
+        if arch is None:
+            raise tiny.BuildError(f"{model_type} is not a {kind} architecture in this transformers")
+        model = tiny.build(arch)
+        result["params"] = sum(p.numel() for p in model.parameters())
+        result["build"] = OK
+    except Exception as exc:
+        result.update(build=HARNESS, build_error=first_line(exc), seconds=round(time.perf_counter() - started, 2))
+        return result
+    programs = {}
+    for step in tiny.steps(arch):
+        result["steps"][step] = _timed(lambda: _export_step(model, arch, step, programs))
+    decode = programs.get("decode")
+    if decode is not None:
+        result["steps"]["loop"] = _timed(lambda: _loop(model, arch, *decode))
+    main = "decode" if "decode" in result["steps"] else tiny.steps(arch)[0]
+    if result["steps"][main]["verdict"] == OK:
+        result["steps"]["strict"] = _timed(lambda: _export_step(model, arch, main, {}, strict=True))
+    result["seconds"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def _timed(work) -> dict:
+    started = time.perf_counter()
+    try:
+        entry = {"verdict": OK, "outcome": "ok", "detail": work()}
+    except Verdict as verdict:
+        entry = {"verdict": verdict.verdict, "outcome": verdict.outcome, "detail": verdict.detail}
+    except Exception as exc:  # the sweep's own code: never hidden, never counted against the agent
+        entry = {"verdict": HARNESS, "outcome": "harness_error", "detail": first_line(exc)}
+    entry["seconds"] = round(time.perf_counter() - started, 2)
+    return entry
+
+
+def _input_sets(model, arch, step) -> list:
+    import tiny
+
+    try:
+        return [tiny.inputs(model, arch, step, k) for k in range(3)]
+    except Exception as exc:
+        raise Verdict(HARNESS, "inputs_error", first_line(exc)) from None
+
+
+def _eager(model, inputs):
+    import torch
+
+    with torch.no_grad():
+        try:
+            return model(**copy.deepcopy(inputs))
+        except Exception as exc:
+            raise Verdict(UPSTREAM, "eager_error", "eager fails: " + first_line(exc)) from None
+
+
+def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -> str:
+    """Exports ``step`` from set A (shapes from A and B), runs it on C, compares with eager; the program is kept in
+    ``programs`` with the sets, for the loop."""
+    import torch
+
+    a, b, c = _input_sets(model, arch, step)
+    expected = _eager(model, c)
+    same, detail = compare(_eager(model, c), expected)
+    if not same:
+        raise Verdict(UPSTREAM, "nondeterministic", "eager differs from itself on the same inputs: " + detail)
+    at_b = _eager(model, b)
+    if len(leaves_of(at_b)) != len(leaves_of(expected)):
+        raise Verdict(UPSTREAM, "size_dependent_structure",
+                      f"eager returns {len(leaves_of(at_b))} tensors for set B and {len(leaves_of(expected))} for "
+                      "set C: the output's structure follows the input sizes, no single program can")
+    with torch.no_grad():
+        try:
+            shapes = fit_to_signature(model, guess_dynamic_shapes(a, b))
+            program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes, strict=strict)
+        except Exception as exc:
+            raise Verdict(AGENT, "export_error", first_line(exc)) from None
+        try:
+            got = program.module()(**copy.deepcopy(c))
+        except Exception as exc:
+            raise Verdict(AGENT, "run_error", first_line(exc)) from None
+    same, detail = compare(got, expected)
+    if not same:
+        raise Verdict(AGENT, "wrong_result", detail)
+    programs[step] = (program, b)
+    return detail
+
+
+def _loop(model, arch, program, start: dict) -> str:
+    """``LOOP_STEPS`` decode steps, program beside eager, both fed eager's next token."""
+    import torch
+
+    ours, theirs = copy.deepcopy(start), copy.deepcopy(start)
+    runner = program.module()
+    worst = 0.0
+    with torch.no_grad():
+        for step in range(LOOP_STEPS):
+            try:
+                got = runner(**ours)
+            except Exception as exc:
+                raise Verdict(AGENT, "run_error", f"step {step + 1}: {first_line(exc)}") from None
+            try:
+                expected = model(**theirs)
+            except Exception as exc:
+                raise Verdict(UPSTREAM, "eager_error", f"eager step {step + 1}: {first_line(exc)}") from None
+            logits = _field(expected, "logits")
+            same, detail = compare(_field(got, "logits"), logits)
+            if not same:
+                raise Verdict(AGENT, "wrong_result", f"step {step + 1} logits: {detail}")
+            worst = max(worst, (_field(got, "logits") - logits).abs().max().item())
+            if step == LOOP_STEPS - 1:
+                same, detail = compare(got, expected)
+                if not same:
+                    raise Verdict(AGENT, "wrong_result", f"after step {step + 1}: {detail}")
+                return f"{LOOP_STEPS} steps, logits max abs diff {worst:.3g}; final output: {detail}"
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            ours, theirs = advance(ours, got, token), advance(theirs, expected, token)
+    raise AssertionError("unreachable")
+
+
+def _field(output, name: str):
+    value = getattr(output, name, None)
+    if value is None and isinstance(output, dict):
+        value = output.get(name)
+    if value is None:
+        raise Verdict(HARNESS, "no_field", f"no {name} in the output ({type(output).__name__})")
+    return value
+
+
+CACHE_FIELDS = ("past_key_values", "cache_params")
+
+
+def advance(inputs: dict, output, token) -> dict:
+    """The next decode step's inputs as a runtime builds them: the new token, the cache the step returned, the
+    attention mask one column longer, positions one further."""
+    import torch
+
+    decoder = "decoder_input_ids" in inputs
+    following = dict(inputs)
+    following["decoder_input_ids" if decoder else "input_ids"] = token
+    for name in CACHE_FIELDS:
+        if name in inputs:
+            following[name] = _field(output, name)
+    mask = "decoder_attention_mask" if decoder else "attention_mask"
+    if inputs.get(mask) is not None:
+        ones = torch.ones(token.shape[0], 1, dtype=inputs[mask].dtype)
+        following[mask] = torch.cat([inputs[mask], ones], dim=1)
+    if inputs.get("position_ids") is not None:
+        following["position_ids"] = inputs["position_ids"][..., -1:] + 1
+    if inputs.get("cache_position") is not None:
+        following["cache_position"] = inputs["cache_position"][-1:] + 1
+    return following

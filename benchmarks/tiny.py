@@ -1,0 +1,1045 @@
+"""A tiny model for every architecture transformers ships (issue 16's sweep): built offline from the config class's
+own defaults, shrunk, random weights, nothing downloaded.
+
+    python benchmarks/tiny.py --check [--kinds causal vlm ...] [--only llama gemma3 ...] [--timeout 180]
+
+builds each architecture in a forked child, runs eager on input set 0 of each of its steps and prints one line per
+architecture and a count per kind.
+
+Shrink rules (``shrink``): sizes only.  Whatever chooses a code path keeps the default config's value:
+``sliding_window``, ``layer_types`` and every other per-layer pattern, ``max_position_embeddings``, rope parameters,
+the attention implementation, ``use_sliding_window``, flags and strings.
+
+* Sizes are set by attribute name (``SIZES``): hidden 64, 4 heads of 16, 2 kv heads (1 stays 1: multi-query; as
+  many as the heads stay as many: multi-head), feed-forward 128 (32 for an expert's), at most 4 experts and 2 per
+  token, MLA ranks and rope/nope/value head dims, state-space state and head sizes.  A dimension the model derives
+  from others (``rotary_dim`` of GPT-J and CodeGen, a mamba head's size) keeps its ratio to what it derives from.
+* Layers: the real model's first ``own_depth`` layers (at least 2), so that every per-layer pattern keeps every kind
+  of layer it has (Gemma 3's five sliding and one full layer need 6); lists with one entry per layer are cut to
+  them, entries that are sizes shrunk one by one; lists of layer indices (a hybrid's attention layers) keep the
+  indices below the new depth, the depth grown until the first of them is in.
+* Vocabulary: strictly above every special token id of the whole config tree (``*_token_id``, ``*_token_index``,
+  lists of them).  It stays ``max(128, highest id + 1)`` while that is small (``KEEP_VOCAB``); above that the ids
+  past 128 are moved, in order, to 128, 129, ... (the same old id gets the same new id in every sub-config), since
+  the config is the only place the model reads them from.
+* Sub-configs (``text_config``, ``vision_config``, ``audio_config``, ``encoder``, ``decoder``, any attribute that
+  is a config) are shrunk first, then the config is rebuilt from its own constructor arguments so that what its
+  constructor derives (MLA's ``qk_head_dim``, Zamba2's mamba heads, Jamba's block pattern) follows the new sizes.
+* Vision towers keep their patch size; the image is 4 patches a side (16 patches), so that after a 2x2 merge or a
+  pooling there still are tokens; a token count the model reads from the config (``mm_tokens_per_image``,
+  ``image_seq_length``) is scaled by as much as the patch count was.
+
+Inputs (``inputs``) reuse catalogue's builders (prefill, decode from the model's own eager prefill, seq2seq,
+left padding); a vision-language model's image placeholders are as many as its own ``get_image_features`` returns
+for the tiny image, so that no processor file is needed.
+
+Like catalogue.py, this module imports torch and transformers lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import catalogue  # noqa: E402
+
+KINDS = ("causal", "seq2seq", "vlm", "speech", "encoder")
+
+MAPPINGS = {
+    "causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+    "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
+    "vlm": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES"),
+    "speech": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+    # one representative head per encoder architecture: the masked LM, else sequence classification
+    "encoder": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+}
+
+PARAMS_BUDGET = 30_000_000
+
+HIDDEN, HEADS, HEAD_DIM, KV_HEADS, FFN, EXPERT_FFN = 64, 4, 16, 2, 128, 32
+VOCAB = 128
+# Largest vocabulary kept as it is to hold the special ids (65536 x 64 = 4M parameters per embedding matrix).
+KEEP_VOCAB = 65536
+PATCHES_PER_SIDE = 4
+PATCH_RATIO = "_tiny_patch_ratio"  # left on a shrunk vision config for its parent's token counts, then removed
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+    model_type: str
+    kind: str
+    class_name: str
+    mapping: str
+
+
+class BuildError(RuntimeError):
+    """An architecture that cannot be built or driven, with a one-line reason."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# which architectures
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _mapping(name: str) -> dict:
+    from transformers.models.auto import modeling_auto
+
+    return getattr(modeling_auto, name, None) or {}
+
+
+def architectures(kinds=KINDS) -> list:
+    """Every (model type, kind) of transformers' auto mappings; encoders only for model types of no other kind."""
+    found: dict = {}
+    for kind in KINDS:
+        if kind == "encoder":
+            continue
+        for mapping in MAPPINGS[kind]:
+            for model_type, classes in _mapping(mapping).items():
+                found.setdefault((kind, model_type), Arch(model_type, kind, _first(classes), mapping))
+    taken = {model_type for _, model_type in found}
+    for mapping in MAPPINGS["encoder"]:
+        for model_type, classes in _mapping(mapping).items():
+            if model_type not in taken:
+                found.setdefault(("encoder", model_type), Arch(model_type, "encoder", _first(classes), mapping))
+    return sorted((arch for arch in found.values() if arch.kind in kinds),
+                  key=lambda arch: (KINDS.index(arch.kind), arch.model_type))
+
+
+def _first(classes) -> str:
+    return classes[0] if isinstance(classes, (list, tuple)) else classes
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# shrinking a config
+# ---------------------------------------------------------------------------------------------------------------
+
+# Attribute name -> tiny value (sizes only).  Set only where the config holds an int (not a bool, not None).
+SIZES = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "embedding_size", "dim", "d_embed",
+                     "word_embed_proj_dim", "projection_dim", "text_embed_dim", "vision_embed_dim",
+                     "hidden_dim", "output_channels", "vision_hidden_size", "text_hidden_size",
+                     "audio_hidden_size", "encoder_hidden_size", "decoder_hidden_size", "mm_hidden_size",
+                     "proj_dim", "projector_hidden_size", "d_latent", "emb_dim", "hidden_size_global",
+                     "embedding_dim", "out_hidden_size", "vision_output_dim"),
+                    HIDDEN),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+                     "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder"), HEADS),
+    **dict.fromkeys(("head_dim", "d_kv", "kv_channels", "d_head", "attention_head_dim", "global_head_dim",
+                     "mamba_headdim", "linear_key_head_dim", "linear_value_head_dim", "v_head_dim",
+                     "hidden_size_per_layer_input"), HEAD_DIM),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
+                     "mlp_dim", "d_inner", "ffn_hidden_size", "dense_intermediate_size",
+                     "projector_intermediate_size", "text_intermediate_size", "vision_intermediate_size"), FFN),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+                     "shared_intermediate_size", "moe_ffn_hidden_size", "expert_dim", "expert_ffn_hidden_size",
+                     "shared_experts_intermediate_size"), EXPERT_FFN),
+    "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+    "index_head_dim": 16, "index_n_heads": 4,
+    **dict.fromkeys(("state_size", "ssm_state_size", "mamba_d_state", "d_state"), 8),
+    **dict.fromkeys(("time_step_rank", "mamba_dt_rank", "dt_rank"), 8),
+    "mamba_n_heads": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "max_source_positions": 32,  # an audio encoder's input length (Whisper takes exactly twice as many frames)
+}
+KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
+                 "encoder_num_key_value_heads", "decoder_num_key_value_heads")
+HEAD_NAMES = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+LAYER_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "num_encoder_layers",
+               "encoder_layers", "decoder_layers", "text_num_hidden_layers", "vision_num_hidden_layers")
+EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
+                "zero_expert_num")
+TOPK_NAMES = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "router_topk", "moe_k")
+GROUP_NAMES = ("n_group", "topk_group", "n_groups", "mamba_n_groups", "num_groups")
+# An int that says how many of the first layers are of one kind (dense before MoE): a per-layer pattern.
+LEADING_LAYER_COUNTS = ("first_k_dense_replace", "num_dense_layers", "first_dense_layers", "moe_layer_start_index")
+# Sizes some default configs leave None although their model reads them as ints (Nemotron's kv heads, Hunyuan's
+# head_dim, DeepSeek-V2's experts per token): given the tiny value.  Other None sizes mean "off" (q_lora_rank).
+NONE_MEANS_UNSET = KV_HEAD_NAMES + TOPK_NAMES + ("head_dim",)
+# Flags whose default path needs CUDA kernels (Jamba's on 4.x refuses the CPU): the one path a CPU has.
+CPU_PATHS = {"use_mamba_kernels": False}
+SPECIAL_SUFFIXES = ("token_id", "token_index", "token_ids", "token_idx")
+# Token counts the model reads from the config, scaled with the tower's patch count.
+IMAGE_TOKEN_COUNTS = ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "image_token_len")
+
+
+def _is_config(value) -> bool:
+    from transformers import PretrainedConfig
+
+    return isinstance(value, PretrainedConfig)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _stored(config) -> dict:
+    """The config's stored attributes (``vars``): reading them does not go through transformers 5's per-layer
+    attribute checks, which refuse a global read of an attribute that differs between layers."""
+    return vars(config)
+
+
+def sub_configs(config) -> list:
+    return [(name, value) for name, value in list(_stored(config).items()) if _is_config(value)]
+
+
+def _tree(config):
+    yield config
+    for _, child in sub_configs(config):
+        yield from _tree(child)
+
+
+def special_ids(config) -> set:
+    """Every special token id held anywhere in the config tree."""
+    ids = set()
+    for node in _tree(config):
+        for name, value in _stored(node).items():
+            if not name.endswith(SPECIAL_SUFFIXES):
+                continue
+            values = value if isinstance(value, (list, tuple)) else [value]
+            ids.update(v for v in values if _is_int(v) and v >= 0)
+    return ids
+
+
+def shrink(config):
+    """``config`` shrunk in place (see the module docstring) and returned."""
+    remap = _vocab_plan(config)
+    _shrink_node(config, remap)
+    for node in _tree(config):
+        _stored(node).pop(PATCH_RATIO, None)
+    return config
+
+
+def _vocab_plan(config) -> dict:
+    """{"vocab": tiny vocab size, "ids": {old id: new id}} for the whole tree (ids move only when keeping them would
+    make the vocabulary big)."""
+    ids = special_ids(config)
+    top = max(ids, default=0) + 1
+    if top <= KEEP_VOCAB:
+        return {"vocab": max(VOCAB, top), "ids": {}}
+    moved = {old: VOCAB + rank for rank, old in enumerate(sorted(i for i in ids if i >= VOCAB))}
+    return {"vocab": VOCAB + len(moved), "ids": moved}
+
+
+def _shrink_node(config, remap: dict) -> None:
+    for _, child in sub_configs(config):
+        _shrink_node(child, remap)
+    stored = _stored(config)
+    per_layer = _take_per_layer_overrides(config)
+    before = dict(stored)
+    full_depth = catalogue.layer_count(config)
+    depth = max(_tiny_depth(config), _override_depth(per_layer, full_depth or 0),
+                OVERRIDES.get(getattr(config, "model_type", ""), {}).get("_depth", 0))
+    shared = before.get("num_kv_shared_layers")
+    if _is_int(shared) and 0 < shared and full_depth:
+        # The last layers reuse the cache of the last earlier layer of their kind: the pattern twice, the second
+        # copy sharing, so that every kind of layer has one to share from.
+        unshared, depth = depth, min(full_depth, 2 * depth)
+    _set_sizes(config, before, depth)
+    if _is_int(shared) and 0 < shared and full_depth:
+        _set(config, "num_kv_shared_layers", depth - unshared)
+    _set_vocab(config, remap)
+    for name, value in CPU_PATHS.items():
+        if name in stored:
+            _set(config, name, value)
+    _keep_ratios(config, before)
+    _shrink_vision(config, before)
+    if full_depth and depth and depth < full_depth:
+        _cut_per_layer(config, full_depth, depth)
+    _rebuild(config, _tiny_overrides(per_layer, depth))
+    override = OVERRIDES.get(getattr(config, "model_type", ""), {})
+    for name, value in override.items():
+        if not name.startswith("_"):
+            setattr(config, name, value)
+
+
+def _tiny_depth(config) -> int:
+    """The first layers that hold every kind of layer of every pattern: the config's lists (``own_depth``), its
+    leading-dense counts and the first index of each list of layer indices."""
+    depth = catalogue.own_depth(config)
+    full = catalogue.layer_count(config) or 0
+    stored = _stored(config)
+    for name in LEADING_LAYER_COUNTS:
+        value = stored.get(name)
+        if _is_int(value) and 0 < value < full:
+            depth = max(depth, value + 1)
+    for name, value in stored.items():
+        indices = _layer_indices(value, full)
+        if indices:
+            depth = max(depth, min(indices) + 1)
+    return min(depth, catalogue.MAX_DEPTH)
+
+
+def _layer_indices(value, full: int) -> list:
+    """``value`` when it is a short list of distinct increasing layer indices (not a per-layer list)."""
+    if not isinstance(value, (list, tuple)) or not value or len(value) >= full or full < 2:
+        return []
+    if not all(_is_int(v) and 0 <= v < full for v in value) or list(value) != sorted(set(value)):
+        return []
+    return list(value)
+
+
+def _set(config, name, value) -> None:
+    try:
+        setattr(config, name, value)
+    except Exception:  # a read-only property or a validator that wants the old value: the rebuild decides
+        _stored(config)[name] = value
+
+
+def _tiny_value(name: str, current, depth: int):
+    """The tiny value of attribute ``name`` (``current`` is its default), or None to keep it."""
+    if name in LAYER_NAMES:
+        return max(2, depth) if current > max(2, depth) else max(current, depth)
+    if name in KV_HEAD_NAMES:
+        return current if current <= 1 else KV_HEADS
+    if name in EXPERT_NAMES:
+        return min(current, 4)
+    if name in TOPK_NAMES:
+        return min(current, 2)
+    if name in GROUP_NAMES:
+        return 1
+    if name == "n_shared_experts":
+        return min(current, 1)
+    if name in SIZES:
+        return min(current, SIZES[name]) if name in ("max_source_positions",) else SIZES[name]
+    if name.endswith("_intermediate_size") or name.endswith("_ffn_dim"):
+        return EXPERT_FFN if ("moe" in name or "expert" in name) else FFN
+    return None
+
+
+def _set_sizes(config, before: dict, depth: int) -> None:
+    heads = next((before[n] for n in HEAD_NAMES if _is_int(before.get(n))), None)
+    for name, current in before.items():
+        if current is None and name in NONE_MEANS_UNSET:
+            _set(config, name, SIZES.get(name, KV_HEADS if name in KV_HEAD_NAMES else 2))
+        elif _is_int(current):
+            value = _tiny_value(name, current, depth)
+            if name in KV_HEAD_NAMES and heads is not None and current == heads:
+                value = HEADS  # multi-head attention stays multi-head
+            if value is not None and value != current:
+                _set(config, name, value)
+        elif isinstance(current, (list, tuple)) and current and all(_is_int(v) for v in current):
+            # a size given per layer (Gemma 3n's intermediate sizes): every entry tiny
+            value = _tiny_value(name, max(current), depth)
+            if name == "axial_pos_embds_dim":  # Reformer: the axial position parts add up to the hidden size
+                _set(config, name, type(current)(HIDDEN * v // sum(current) for v in current))
+            elif value is not None and name not in LAYER_NAMES:
+                _set(config, name, type(current)(value for _ in current))
+
+
+def _set_vocab(config, remap: dict) -> None:
+    stored = _stored(config)
+    for name, value in list(stored.items()):
+        vocab = "vocab_size" in name or name.endswith("_vocab")  # vocab_size_per_layer_input, a hash vocab
+        if vocab and "type_vocab" not in name and _is_int(value):
+            _set(config, name, remap["vocab"])
+        elif name.endswith(SPECIAL_SUFFIXES) and remap["ids"]:
+            if _is_int(value):
+                _set(config, name, remap["ids"].get(value, value))
+            elif isinstance(value, (list, tuple)):
+                _set(config, name, type(value)(remap["ids"].get(v, v) for v in value))
+
+
+def _keep_ratios(config, before: dict) -> None:
+    """Dimensions derived from others keep their ratio to them."""
+    stored = _stored(config)
+    hidden = next((before[n] for n in ("hidden_size", "n_embd", "d_model") if _is_int(before.get(n))), None)
+    heads = next((before[n] for n in HEAD_NAMES if _is_int(before.get(n))), None)
+    rotary = before.get("rotary_dim")
+    if _is_int(rotary) and hidden and heads:
+        # GPT-J, CodeGen: rotary_dim of a head of hidden / heads
+        old_head = before.get("head_dim") if _is_int(before.get("head_dim")) else hidden // heads
+        _set(config, "rotary_dim", max(2, 2 * round(rotary * HEAD_DIM / old_head / 2)))
+    # Mamba 2 and the hybrids: heads x head size = expand x hidden
+    mamba2 = "n_groups" in stored and "state_size" in stored
+    for expand_name, heads_name, size_name in (("expand", "num_heads", "head_dim"),
+                                                ("mamba_expand", "mamba_n_heads", "mamba_d_head")):
+        expand, n = stored.get(expand_name), stored.get(heads_name)
+        if _is_int(expand) and _is_int(n) and size_name in stored and (expand_name != "expand" or mamba2):
+            _set(config, size_name, expand * HIDDEN // n)
+    if _is_int(stored.get("qk_head_dim")) and _is_int(stored.get("qk_nope_head_dim")):
+        _set(config, "qk_head_dim", stored["qk_nope_head_dim"] + stored["qk_rope_head_dim"])  # MLA's query head
+    if _is_int(stored.get("mamba_d_ssm")) and _is_int(stored.get("mamba_expand")):
+        _set(config, "mamba_d_ssm", stored["mamba_expand"] * HIDDEN)
+    if _is_int(stored.get("intermediate_size")) and _is_int(stored.get("expand")) and "conv_kernel" in stored \
+            and "n_groups" not in stored:
+        _set(config, "intermediate_size", stored["expand"] * HIDDEN)  # Mamba 1: intermediate = expand x hidden
+
+
+def _shrink_vision(config, before: dict) -> None:
+    """A vision tower 4 patches a side; token counts read from the config scaled like the patch count."""
+    stored = _stored(config)
+    size, patch = before.get("image_size"), before.get("patch_size")
+    if _is_int(size) and _is_int(patch) and patch > 0 and size > PATCHES_PER_SIDE * patch:
+        _set(config, "image_size", PATCHES_PER_SIDE * patch)
+        stored[PATCH_RATIO] = (PATCHES_PER_SIDE * patch / size) ** 2
+    for _, child in sub_configs(config):
+        ratio = _stored(child).get(PATCH_RATIO)
+        if ratio:
+            for name in IMAGE_TOKEN_COUNTS:
+                value = stored.get(name)
+                if _is_int(value) and value > 1:
+                    _set(config, name, _square_at_least_one(value * ratio))
+
+
+def _square_at_least_one(count: float) -> int:
+    """A square token count whose side divides the patches per side (a pooling kernel of whole patches)."""
+    wanted = max(1, int(round(math.sqrt(count))))
+    side = max(d for d in range(1, PATCHES_PER_SIDE + 1) if PATCHES_PER_SIDE % d == 0 and d <= wanted)
+    return side * side
+
+
+def _cut_per_layer(config, full_depth: int, depth: int) -> None:
+    catalogue._cut_layer_lists(config, full_depth, depth)
+    full = full_depth
+    for name, value in list(_stored(config).items()):
+        indices = _layer_indices(value, full)
+        if indices and max(indices) >= depth:
+            _set(config, name, type(value)(i for i in indices if i < depth))
+    per_layer = _stored(config).get("per_layer_config") or _stored(config).get("_per_layer_config")
+    if isinstance(per_layer, dict):  # transformers 5's heterogeneous layers: overrides of the first layers only
+        kept = {k: v for k, v in per_layer.items() if not _is_int(k) or k < depth}
+        _set(config, "per_layer_config", kept)
+
+
+def _take_per_layer_overrides(config) -> dict:
+    """transformers 5's heterogeneous configs keep per-layer values ({layer: {attribute: value}}) beside the
+    global ones, and refuse a global read of them: taken off the config (given back shrunk by the rebuild)."""
+    spec = _stored(config).pop("_heterogeneity_spec", None)
+    return dict(getattr(spec, "per_layer_overrides", None) or {})
+
+
+def _override_depth(per_layer: dict, full: int) -> int:
+    """Layers enough to hold the first layer of each distinct per-layer override, and a layer without any."""
+    firsts = {}
+    for layer in sorted(k for k in per_layer if _is_int(k)):
+        firsts.setdefault(repr(sorted(per_layer[layer].items())), layer)
+    plain = next((i for i in range(full) if i not in per_layer), None)
+    depth = max([i + 1 for i in firsts.values()] + ([plain + 1] if plain is not None else []), default=0)
+    return min(depth, catalogue.MAX_DEPTH)
+
+
+def _tiny_overrides(per_layer: dict, depth: int) -> dict:
+    """The kept layers' overrides, their sizes tiny like the global ones."""
+    found = {}
+    for layer, values in per_layer.items():
+        if _is_int(layer) and layer >= depth:
+            continue
+        found[layer] = {name: _tiny_override(name, value, depth) for name, value in values.items()}
+    return found
+
+
+def _tiny_override(name, value, depth):
+    if _is_int(value):
+        tiny = _tiny_value(name, value, depth)
+        return value if tiny is None else tiny
+    return value
+
+
+def _init_names(config_class) -> list:
+    """The names the config's constructor takes (a transformers 5 dataclass's fields, or 4.x's parameters)."""
+    if dataclasses.is_dataclass(config_class):
+        return [f.name for f in dataclasses.fields(config_class) if f.init]
+    names = []
+    for klass in config_class.__mro__:
+        if "__init__" in vars(klass):
+            names += [p.name for p in inspect.signature(klass.__init__).parameters.values()
+                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    return names
+
+
+def _rebuild(config, per_layer: dict) -> None:
+    """The config rebuilt from its own constructor arguments (their shrunk values), so that what the constructor
+    derives from them follows; kept as it is when the constructor refuses.  ``per_layer``: transformers 5's
+    per-layer overrides of the kept layers, given back."""
+    stored = _stored(config)
+    kwargs = {name: stored[name] for name in dict.fromkeys(_init_names(type(config))) if name in stored}
+    if per_layer:
+        kwargs["per_layer_config"] = per_layer
+    try:
+        fresh = type(config)(**kwargs)
+    except Exception:
+        if per_layer:
+            _set(config, "per_layer_config", per_layer)
+        return
+    marks = {k: v for k, v in stored.items() if k == PATCH_RATIO}
+    stored.clear()
+    stored.update(vars(fresh))
+    stored.update(marks)
+
+
+# Per-model settings no general rule gives, and why.  Keys starting with "_" are not config attributes.
+OVERRIDES: dict = {
+    # Zamba shares one transformer block between its hybrid layers (the 5th and every 6th after it): tying its
+    # weights needs two of them, so 11 layers, not the 5 that hold every kind of layer.
+    "zamba": {"_depth": 11},
+}
+
+
+def tiny_config(model_type: str):
+    from transformers import AutoConfig
+
+    return shrink(AutoConfig.for_model(model_type))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# building
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}"[:240]
+
+
+def _reason(exc: BaseException) -> str:
+    """A one-line reason, naming the optional package when one is missing."""
+    import re
+
+    text = str(exc)
+    found = re.search(r"requires the (\S+) library", text) or re.search(r"No module named '([^'.]+)", text)
+    if found:
+        return f"needs {found.group(1)}"
+    return first_line(exc)
+
+
+def model_class(arch: Arch):
+    import transformers
+
+    try:
+        return getattr(transformers, arch.class_name)
+    except (AttributeError, ImportError) as exc:
+        if isinstance(exc, ImportError):
+            raise BuildError(_reason(exc)) from exc
+        raise BuildError(f"{arch.class_name} is not in transformers {transformers.__version__}") from exc
+
+
+def build(arch: Arch):
+    import torch
+
+    klass = model_class(arch)
+    try:
+        config = _config_for(klass, tiny_config(arch.model_type), arch.kind)
+        torch.manual_seed(0)
+        model = klass(config)
+    except BuildError:
+        raise
+    except Exception as exc:
+        raise BuildError(_reason(exc)) from exc
+    model = model.to(torch.float32).eval()
+    languages = getattr(model.config, "languages", None)
+    if hasattr(model, "set_default_language") and languages:
+        model.set_default_language(languages[0])  # X-MOD's adapters need one chosen (a processor would say)
+    params = sum(p.numel() for p in model.parameters())
+    if params > PARAMS_BUDGET:
+        name, biggest = max(model.named_parameters(), key=lambda item: item[1].numel())
+        raise BuildError(f"not tiny: {params / 1e6:.0f}M parameters ({name} {tuple(biggest.shape)})")
+    return model
+
+
+def _config_for(klass, config, kind: str):
+    """The config the class takes: the model type's config, or the sub-config of the class's own config class (a
+    multimodal model type's text-only causal LM takes its text config)."""
+    wanted = getattr(klass, "config_class", None)
+    if isinstance(wanted, type) and not isinstance(config, wanted):
+        config = next((node for node in _tree(config) if isinstance(node, wanted)), config)
+    if kind == "causal" and getattr(config, "is_decoder", None) is False \
+            and not getattr(config, "is_encoder_decoder", False):
+        config.is_decoder = True  # an encoder family's causal LM head (BertLMHeadModel) is its decoder use
+    return config
+
+
+def params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# steps and inputs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _forward_params(klass) -> set:
+    try:
+        return set(inspect.signature(klass.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def steps(arch: Arch) -> tuple:
+    if arch.kind == "causal":
+        try:
+            taken = _forward_params(model_class(arch))
+        except BuildError:
+            return ("prefill", "decode")
+        return ("prefill", "decode") if taken & {"past_key_values", "cache_params"} else ("prefill",)
+    if arch.kind in ("seq2seq", "speech"):
+        return ("forward", "decode")
+    if arch.kind == "vlm":
+        return ("prefill",)
+    return ("forward",)
+
+
+def inputs(model, arch: Arch, step: str, k: int, padded: bool = False) -> dict:
+    if step not in steps(arch):
+        raise BuildError(f"{arch.kind} has no step {step!r}")
+    config = model.config
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if arch.kind == "encoder":
+        return _encoder_inputs(model, k)
+    if arch.kind == "vlm":
+        return _vlm_inputs(model, k, padded)
+    if arch.kind == "speech" and encoder_decoder:
+        return _speech_inputs(model, step, k)
+    if arch.kind in ("seq2seq", "speech") and encoder_decoder:
+        return _seq2seq_inputs(model, step, k)
+    # decoders, and the seq2seq / speech mappings' decoder-only models (audio LLMs), driven on text
+    return _decoder_inputs(model, "prefill" if step == "forward" else step, k, padded)
+
+
+def _text_config(config):
+    return getattr(config, "text_config", None) or getattr(config, "decoder", None) or config
+
+
+class _Vocab:
+    """What catalogue's builders read from a config: a vocab_size (composite configs keep theirs in a
+    sub-config) and the pad id."""
+
+    def __init__(self, config):
+        self.vocab_size = vocab_size(config)
+        self.pad_token_id = catalogue._pad_id(config)
+        self.model_type = getattr(config, "model_type", "")
+
+
+def vocab_size(config) -> int:
+    for owner in (config, _text_config(config)):
+        value = getattr(owner, "vocab_size", None)
+        if _is_int(value):
+            return value
+    return VOCAB
+
+
+def _recurrent(model) -> bool:
+    """A state-space model stepping through ``cache_params`` (Mamba): one token at a time, with a cache position."""
+    taken = _forward_params(type(model))
+    return "cache_params" in taken and "past_key_values" not in taken
+
+
+def _rows(config, batch: int) -> int:
+    """Token rows for ``batch`` samples: MusicGen's decoder takes one row per codebook of each sample."""
+    codebooks = getattr(config, "num_codebooks", None)
+    return batch * codebooks if _is_int(codebooks) and codebooks > 1 else batch
+
+
+def _decoder_inputs(model, step: str, k: int, padded: bool) -> dict:
+    config = model.config
+    if step == "prefill":
+        batch, seq = catalogue.PREFILL[k]
+        batch = _rows(config, batch)
+        pads = catalogue.left_pads(batch, seq, k) if padded else None
+        return _scrub(catalogue._prefill_inputs(model, _Vocab(config), batch, seq, seed=k + 1, pads=pads), config)
+    recurrent = _recurrent(model)
+    sizes = catalogue.RECURRENT_DECODE if recurrent else (catalogue.PADDED_DECODE if padded else catalogue.DECODE)
+    batch, past, seq = sizes[k]
+    batch = _rows(config, batch)
+    pads = catalogue.left_pads(batch, past, k) if padded else None
+    found = catalogue._decode_inputs(model, _config_for_decode(config), batch, past, seq, seed=k + 1,
+                                     cache_position=recurrent, pads=pads)
+    return _scrub(found, config)
+
+
+def _config_for_decode(config):
+    """catalogue._decode_inputs reads the vocab from the config and gives it to a hybrid cache's constructor: the
+    real config, with a vocab_size where a composite config keeps it in its text config."""
+    if _is_int(getattr(config, "vocab_size", None)):
+        return config
+    try:
+        config.vocab_size = vocab_size(config)
+    except Exception:
+        pass
+    return config
+
+
+def _scrub(found: dict, config) -> dict:
+    """Random text never holds an image/audio placeholder or another special id past the first three."""
+    specials = sorted(i for i in special_ids(config) if i >= 3)
+    if not specials:
+        return found
+    for name in ("input_ids", "decoder_input_ids"):
+        ids = found.get(name)
+        if ids is not None:
+            for special in specials:
+                ids[ids == special] = 3 if special != 3 else 4
+    return found
+
+
+def _seq2seq_inputs(model, step: str, k: int) -> dict:
+    vocab = _Vocab(model.config)
+    if step == "forward":
+        return _scrub(catalogue._seq2seq_forward(model, vocab, *catalogue.SEQ2SEQ_FORWARD[k], seed=k + 1),
+                      model.config)
+    return _scrub(catalogue._seq2seq_decode(model, vocab, *catalogue.SEQ2SEQ_DECODE[k], seed=k + 1), model.config)
+
+
+def _encoder_inputs(model, k: int) -> dict:
+    """Right-padded rows of different lengths, as a tokenizer pads for an encoder."""
+    import torch
+
+    batch, seq = catalogue.PREFILL[k]
+    g = catalogue._gen(k + 1)
+    ids = catalogue._ids(g, vocab_size(model.config), batch, seq)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for row, pad in enumerate(catalogue.left_pads(batch, seq, k)):
+        if pad:
+            mask[row, -pad:] = 0
+            ids[row, -pad:] = catalogue._pad_id(model.config)
+    found = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in _forward_params(type(model)):
+        found["token_type_ids"] = torch.zeros_like(ids)
+    return _scrub(found, model.config)
+
+
+# --- speech -----------------------------------------------------------------------------------------------------
+
+SPEECH_DECODE = [(2, 3, 2), (3, 4, 3), (1, 6, 1)]  # (batch, past, seq)
+SPEECH_FORWARD = [(2, 4), (3, 6), (4, 3)]  # (batch, decoder tokens)
+SPEECH_FRAMES = [40, 48, 56]  # where the encoder takes any length
+
+
+def _audio_candidates(model, batch: int, k: int, g) -> list:
+    """Input shapes an audio encoder may take, most specific first: Whisper's exact frame count, mel bins x
+    frames, frames x features (Speech2Text), raw samples (Moonshine, wav2vec2 encoders)."""
+    import torch
+
+    config = getattr(model.config, "encoder", None) or model.config
+    frames = SPEECH_FRAMES[k]
+    found = []
+    mel = getattr(config, "num_mel_bins", None)
+    source = getattr(config, "max_source_positions", None)
+    if _is_int(mel):
+        if _is_int(source):
+            found.append(torch.randn(batch, mel, 2 * source, generator=g))
+        found.append(torch.randn(batch, mel, frames, generator=g))
+    features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None) or mel
+    if _is_int(features):
+        channels = getattr(config, "input_channels", 1) or 1
+        found.append(torch.randn(batch, frames, features * channels, generator=g))
+    found.append(torch.randn(batch, 1600 * (k + 2), generator=g))
+    return found
+
+
+def _audio(model, batch: int, k: int, g):
+    """The first candidate input the model's encoder takes (its eager encoder is the judge)."""
+    import torch
+
+    encoder = model.get_encoder()
+    # the encoder's own input name (a speech encoder-decoder's wav2vec2 encoder takes input_values)
+    name = getattr(encoder, "main_input_name", None) or getattr(model, "main_input_name", "input_features")
+    errors = []
+    for candidate in _audio_candidates(model, batch, k, g):
+        try:
+            with torch.no_grad():
+                encoder(**{name: candidate})
+            return name, candidate
+        except Exception as exc:
+            errors.append(first_line(exc))
+    raise BuildError(f"no audio input shape fits the encoder: {errors[0]}")
+
+
+def _speech_inputs(model, step: str, k: int) -> dict:
+    import torch
+    from transformers.modeling_outputs import BaseModelOutput
+
+    g = catalogue._gen(k + 1)
+    vocab = vocab_size(model.config)
+    if step == "forward":
+        batch, seq = SPEECH_FORWARD[k]
+        name, audio = _audio(model, batch, k, g)
+        return _scrub({name: audio, "decoder_input_ids": catalogue._ids(g, vocab, batch, seq), "use_cache": False},
+                      model.config)
+    batch, past, seq = SPEECH_DECODE[k]
+    name, audio = _audio(model, batch, k, g)
+    with torch.no_grad():
+        out = model(**{name: audio}, decoder_input_ids=catalogue._ids(g, vocab, batch, past), use_cache=True)
+    encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
+    return _scrub({"encoder_outputs": encoded, "decoder_input_ids": catalogue._ids(g, vocab, batch, seq),
+                   "past_key_values": out.past_key_values}, model.config)
+
+
+# --- vision-language --------------------------------------------------------------------------------------------
+
+IMAGE_TOKEN_NAMES = ("image_token_id", "image_token_index", "image_token")
+
+
+def image_token(config):
+    for owner in (config, _text_config(config)):
+        for name in IMAGE_TOKEN_NAMES:
+            value = getattr(owner, name, None)
+            if _is_int(value):
+                return value
+    return None
+
+
+def _vision_config(config):
+    for name in ("vision_config", "vision_tower_config", "visual_config", "encoder"):
+        value = getattr(config, name, None)
+        if value is not None and _is_config(value):
+            return value
+    return config
+
+
+def _image_size(vision) -> int:
+    size = getattr(vision, "image_size", None)
+    if isinstance(size, (list, tuple)):
+        size = size[0]
+    if isinstance(size, dict):
+        size = size.get("height") or next(iter(size.values()))
+    return size if _is_int(size) else 32
+
+
+def _channels(vision) -> int:
+    return getattr(vision, "num_channels", None) or getattr(vision, "in_channels", None) or 3
+
+
+def _grid_layout(model, batch: int, g) -> dict:
+    """Qwen2-VL and kin: every image's patches flattened into one row each, and its (t, h, w) patch grid."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch = getattr(vision, "patch_size", 14)
+    temporal = getattr(vision, "temporal_patch_size", 2) or 1
+    merge = getattr(vision, "spatial_merge_size", 2) or 1
+    side = 2 * merge
+    grid = torch.tensor([[1, side, side]] * batch)
+    pixels = torch.randn(batch * side * side, _channels(vision) * temporal * patch * patch, generator=g)
+    return {"pixel_values": pixels, "image_grid_thw": grid}
+
+
+def _tiled_layout(model, batch: int, g) -> dict | None:
+    """LLaVA-NeXT and kin ("anyres"): each image cut into tiles of the tower's size plus a thumbnail, as many as
+    the model's own ``image_size_to_num_patches`` says for a square image of one tile's size."""
+    import torch
+
+    config, vision = model.config, _vision_config(model.config)
+    pinpoints = getattr(config, "image_grid_pinpoints", None)
+    tiles_of = getattr(sys.modules.get(type(model).__module__), "image_size_to_num_patches", None)
+    if not pinpoints or tiles_of is None:
+        return None
+    size = _image_size(vision)
+    tiles = tiles_of(image_size=(size, size), grid_pinpoints=pinpoints, patch_size=size)
+    return {"pixel_values": torch.randn(batch, tiles, _channels(vision), size, size, generator=g),
+            "image_sizes": torch.tensor([[size, size]] * batch)}
+
+
+def _cross_attention_layout(model, batch: int, g) -> dict:
+    """Mllama: images of tiles for cross-attention layers; one image of one tile (aspect ratio id 1, [1, 1]) per
+    sample, the other tiles masked as a processor pads them."""
+    import torch
+
+    vision = _vision_config(model.config)
+    size, tiles = _image_size(vision), getattr(vision, "max_num_tiles", 4)
+    mask = torch.zeros(batch, 1, tiles, dtype=torch.long)
+    mask[:, :, 0] = 1
+    return {"pixel_values": torch.randn(batch, 1, tiles, _channels(vision), size, size, generator=g),
+            "aspect_ratio_ids": torch.ones(batch, 1, dtype=torch.long), "aspect_ratio_mask": mask}
+
+
+def _pixel_layouts(model, batch: int, g) -> list:
+    """Candidate image inputs for ``batch`` samples (one image each) in the layouts forward's parameters name, most
+    specific first; the model's own ``get_image_features`` picks (``_pixel_inputs``)."""
+    import torch
+
+    taken = _forward_params(type(model))
+    if "image_grid_thw" in taken:
+        return [_grid_layout(model, batch, g)]
+    if "aspect_ratio_ids" in taken:
+        return [_cross_attention_layout(model, batch, g)]
+    vision = _vision_config(model.config)
+    size = _image_size(vision)
+    plain = torch.randn(batch, _channels(vision), size, size, generator=g)
+    found = [_tiled_layout(model, batch, g)] if "image_sizes" in taken else []
+    if "pixel_attention_mask" in taken:
+        # Idefics and SmolVLM: an images axis and which pixels are real
+        found.append({"pixel_values": plain.unsqueeze(1),
+                      "pixel_attention_mask": torch.ones(batch, 1, size, size, dtype=torch.bool)})
+    if "image_sizes" in taken:  # Pixtral's towers take any size and read it here; others ignore or refuse it
+        found.append({"pixel_values": plain, "image_sizes": torch.tensor([[size, size]] * batch)})
+    found.append({"pixel_values": plain})
+    return [layout for layout in found if layout is not None]
+
+
+def _image_features_owner(model):
+    if hasattr(model, "get_image_features"):
+        return model
+    inner = getattr(model, "model", None)
+    return inner if hasattr(inner, "get_image_features") else None
+
+
+def _pixel_inputs(model, batch: int, g, need_count: bool) -> tuple:
+    """(image inputs, placeholder tokens per sample): the first candidate layout the model's own
+    ``get_image_features`` takes, and as many placeholders as it gives features."""
+    import torch
+
+    layouts = _pixel_layouts(model, batch, g)
+    owner = _image_features_owner(model)
+    if owner is None:
+        if need_count and "aspect_ratio_ids" in layouts[0]:
+            return layouts[0], 1  # cross-attention: one placeholder per image marks where it is attended from
+        if need_count:
+            raise BuildError("no get_image_features: cannot count the image placeholders")
+        return layouts[0], 0
+    errors = []
+    for layout in layouts:
+        try:
+            with torch.no_grad():
+                count = _feature_count(owner.get_image_features(**layout)) // batch
+            return layout, count
+        except BuildError:
+            raise
+        except Exception as exc:
+            errors.append(first_line(exc))
+    raise BuildError(f"no image layout fits get_image_features: {errors[-1]}")
+
+
+def _feature_count(features) -> int:
+    """How many image tokens ``get_image_features`` gave, whatever container it returns them in."""
+    import torch
+
+    if hasattr(features, "pooler_output") and features.pooler_output is not None:
+        features = features.pooler_output
+    elif hasattr(features, "last_hidden_state") and not isinstance(features, torch.Tensor):
+        features = features.last_hidden_state
+    if isinstance(features, torch.Tensor):
+        return features.numel() // features.shape[-1]
+    if isinstance(features, (list, tuple)):
+        return sum(_feature_count(f) for f in features)
+    raise BuildError(f"get_image_features returned {type(features).__name__}")
+
+
+def _vlm_inputs(model, k: int, padded: bool) -> dict:
+    import torch
+
+    config = model.config
+    token = image_token(config)
+    batch, seq = catalogue.PREFILL[k]
+    g = catalogue._gen(k + 1)
+    pixels, count = _pixel_inputs(model, batch, g, need_count=token is not None)
+    text = _scrub({"input_ids": catalogue._ids(g, vocab_size(config), batch, seq)}, config)["input_ids"]
+    if token is None:
+        ids = text  # no placeholder token (BLIP-2, GIT): the model puts the image features before the text itself
+    else:
+        ids = torch.cat([text[:, :1], torch.full((batch, count), token), text[:, 1:]], dim=1)
+    found = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels, "use_cache": False}
+    taken = _forward_params(type(model))
+    if "mm_token_type_ids" in taken and token is not None:
+        found["mm_token_type_ids"] = (ids == token).long()  # which tokens are image ones (M-RoPE's positions)
+    if "cross_attention_mask" in taken and "aspect_ratio_mask" in pixels:
+        # every text token attends to its sample's image tiles (the real ones)
+        found["cross_attention_mask"] = pixels["aspect_ratio_mask"][:, None].expand(-1, ids.shape[1], -1, -1)
+    if padded:
+        catalogue._left_padded(model, [found], [seq - 1])
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --check
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def check_one(arch: Arch) -> dict:
+    """Build, then eager on set 0 of every step."""
+    import torch
+
+    torch.set_num_threads(1)
+    result = {"kind": arch.kind, "model_type": arch.model_type, "params": 0, "status": "ok", "reason": ""}
+    try:
+        model = build(arch)
+        result["params"] = params(model)
+        for step in steps(arch):
+            try:
+                found = inputs(model, arch, step, 0)
+                with torch.no_grad():
+                    model(**found)
+            except BuildError:
+                raise
+            except Exception as exc:
+                raise BuildError(f"{step}: {_reason(exc)}") from exc
+    except BuildError as exc:
+        result["status"], result["reason"] = "fail", str(exc)
+    except Exception as exc:  # a bug of ours or of the model: still one line
+        result["status"], result["reason"] = "fail", _reason(exc)
+    return result
+
+
+def _forked(arch: Arch, timeout: float) -> dict:
+    import json
+    import select
+    import signal
+    import time
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 2)  # the models' warnings would drown the one line per architecture
+        try:
+            payload = json.dumps(check_one(arch)).encode()
+        except BaseException as exc:  # noqa: BLE001 - the child reports whatever happened
+            payload = json.dumps({"status": "fail", "reason": first_line(exc)}).encode()
+        os.write(write, payload)
+        os._exit(0)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([read], [], [], left)[0]:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read)
+            return {"status": "fail", "reason": f"timeout after {timeout:.0f} s"}
+        chunk = os.read(read, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read)
+    _, code = os.waitpid(pid, 0)
+    if not chunks:
+        return {"status": "fail", "reason": f"crashed (wait status {code})"}
+    return json.loads(b"".join(chunks))
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="build and run eager on set 0 of every step")
+    parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--only", nargs="*", default=None, help="model types")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args(argv)
+    if not args.check:
+        parser.print_help()
+        return 0
+    import torch
+    import transformers  # noqa: F401 - imported once, before forking
+
+    torch.set_num_threads(1)
+    archs = [a for a in architectures(tuple(args.kinds)) if args.only is None or a.model_type in args.only]
+    counts: dict = {}
+    for arch in archs:
+        result = {"params": 0, **_forked(arch, args.timeout)}
+        built, total = counts.get(arch.kind, (0, 0))
+        counts[arch.kind] = (built + (result["status"] == "ok"), total + 1)
+        print(f"{arch.kind:8} {arch.model_type:32} {result['params']:>10,} {result['status']:4} {result['reason']}",
+              flush=True)
+    for kind, (built, total) in counts.items():
+        print(f"{kind}: built {built} / {total}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""benchmarks/tiny.py, the sweep's tiny-model factory, on architectures its predecessor (catalogue.shrink_config)
+failed to build: each builds within the parameter budget, its vocabulary is above every special token id of its
+config tree, its per-layer patterns keep every kind of layer the full model has, eager runs on input set 0 of
+each step, and the three input sets differ in batch and sequence."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import catalogue  # noqa: E402
+import tiny  # noqa: E402
+
+# (kind, model type): what each one used to fail on
+REPRESENTATIVES = [
+    ("causal", "phi3"),  # vocab shrunk below its pad id
+    ("causal", "deepseek_v3"),  # MLA head dims shrunk inconsistently
+    ("causal", "gptj"),  # rotary_dim larger than the shrunk head
+    ("causal", "mamba"),  # expand / intermediate / time-step rank
+    ("causal", "jamba"),  # hybrid: attention every 8 layers from the 5th
+    ("vlm", "gemma3"),  # vision tower and token count left full size
+    ("speech", "whisper"),  # pad / decoder-start ids above the shrunk vocab
+    ("encoder", "distilbert"),  # a masked-LM encoder (BERT itself is in the causal mapping too)
+]
+
+
+def _arch(kind, model_type):
+    found = [a for a in tiny.architectures((kind,)) if a.model_type == model_type]
+    if not found:
+        pytest.skip(f"{model_type} is not a {kind} architecture in this transformers")
+    arch = found[0]
+    try:
+        tiny.model_class(arch)
+    except tiny.BuildError as exc:
+        pytest.skip(str(exc))
+    return arch
+
+
+def _default(model_type):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(model_type)
+
+
+def _kinds_of_layers(config) -> dict:
+    """Each per-layer pattern of every config of the tree, as the set of kinds it holds."""
+    return {(type(node).__name__, name): set(values)
+            for node in tiny._tree(config) for name, values in catalogue.layer_patterns(node).items()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("kind,model_type", REPRESENTATIVES)
+def test_builds_tiny_with_consistent_config_and_runs_eager(kind, model_type):
+    arch = _arch(kind, model_type)
+    model = tiny.build(arch)
+    assert 0 < tiny.params(model) <= tiny.PARAMS_BUDGET
+    config = model.config
+    # the vocabulary holds every special token id of the whole tree
+    for node in tiny._tree(config):
+        size = vars(node).get("vocab_size")
+        if isinstance(size, int):
+            assert size > max(tiny.special_ids(config), default=-1), (type(node).__name__, size)
+    # every kind of layer of the full model's patterns is still there
+    full, shrunk = _kinds_of_layers(_default(model_type)), _kinds_of_layers(tiny.tiny_config(model_type))
+    for key, kinds in full.items():  # as many kinds (a pattern of expert counts has tiny counts)
+        assert len(shrunk.get(key, ())) == len(kinds), (key, kinds, shrunk.get(key))
+    for step in tiny.steps(arch):
+        found = tiny.inputs(model, arch, step, 0)
+        with torch.no_grad():
+            out = model(**found)
+        logits = getattr(out, "logits", None)
+        if logits is None:
+            logits = out.last_hidden_state
+        assert torch.isfinite(logits).all()
+
+
+def test_sizes_are_consistent_where_the_model_derives_them():
+    deepseek = tiny.tiny_config("deepseek_v3")
+    assert deepseek.qk_head_dim == deepseek.qk_nope_head_dim + deepseek.qk_rope_head_dim
+    gptj = tiny.tiny_config("gptj")
+    assert gptj.rotary_dim <= gptj.n_embd // gptj.n_head
+    mamba = tiny.tiny_config("mamba")
+    assert mamba.intermediate_size == mamba.expand * mamba.hidden_size
+    # code paths keep the default's values
+    for model_type in ("gemma2", "mistral", "phi3"):
+        default, shrunk = _default(model_type), tiny.tiny_config(model_type)
+        for name in ("sliding_window", "max_position_embeddings"):
+            assert getattr(shrunk, name, None) == getattr(default, name, None), (model_type, name)
+
+
+@pytest.mark.parametrize("kind,model_type", [("causal", "llama"), ("seq2seq", "bart"), ("encoder", "distilbert")])
+def test_input_sets_differ_in_batch_and_sequence(kind, model_type):
+    arch = _arch(kind, model_type)
+    model = tiny.build(arch)
+    for step in tiny.steps(arch):
+        shapes = [tuple(tiny.inputs(model, arch, step, k)[_ids_name(step, kind)].shape) for k in range(3)]
+        assert len({s[0] for s in shapes}) == 3, (step, shapes)  # batch
+        assert len({s[1] for s in shapes}) == 3, (step, shapes)  # sequence
+        assert tiny.inputs(model, arch, step, 1)[_ids_name(step, kind)].tolist() == \
+            tiny.inputs(model, arch, step, 1)[_ids_name(step, kind)].tolist()  # deterministic
+
+
+def _ids_name(step, kind):
+    return "decoder_input_ids" if kind == "seq2seq" and step == "decode" else "input_ids"
+
+
+def test_architectures_cover_every_kind_once_per_model_type():
+    archs = tiny.architectures()
+    assert {a.kind for a in archs} == set(tiny.KINDS)
+    keys = [(a.kind, a.model_type) for a in archs]
+    assert len(keys) == len(set(keys)) and keys == sorted(keys, key=lambda k: (tiny.KINDS.index(k[0]), k[1]))
+    others = {a.model_type for a in archs if a.kind != "encoder"}
+    assert not any(a.model_type in others for a in archs if a.kind == "encoder")
+    assert tiny.steps(next(a for a in archs if a.model_type == "llama" and a.kind == "causal")) == ("prefill", "decode")
