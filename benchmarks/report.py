@@ -407,6 +407,24 @@ def chart(coverage: list, path: Path) -> str:
     return f"wrote {path}"
 
 
+def torch_releases_section(results: list) -> list:
+    """One row per benchmarks/torch_release.sh results file (torch-<version>.json): the focused suite and the
+    catalogue's none and autopatch columns on that torch release."""
+    lines = ["### torch releases", "",
+             "The torch-family patches reach into torch internals, so `bash benchmarks/torch_release.sh VERSION` "
+             "runs the focused suite (torch-family, scope and example tests) and the catalogue's no-patches and "
+             "autopatch columns with another torch release in a throwaway venv.", "",
+             "| torch | transformers | suite subset passed | catalogue: no patches ok | autopatch ok | measured |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for data in results:
+        meta, suite, cat = data["meta"], data["suite"], data["catalogue"]
+        total = suite["passed"] + suite["failed"] + suite["errors"] + suite["skipped"]
+        lines.append(f"| {meta['torch']} | {meta['transformers']} | {suite['passed']} / {total} | "
+                     f"{cat['none_ok']} / {cat['cases']} | **{cat['autopatch_ok']} / {cat['cases']}** | "
+                     f"{meta.get('date', '?')[:10]}, {measured_at(meta)} |")
+    return lines + [""]
+
+
 def main(argv=None) -> None:
     coverage, sweeps, overhead = _load("coverage-*.json"), _load("sweep-*.json"), RESULTS / "overhead.json"
     run_all = RESULTS / "run_all.json"
@@ -484,6 +502,9 @@ def main(argv=None) -> None:
         lines += ["![coverage](coverage.png)", ""]
     for data in coverage:
         lines += coverage_section(data)
+    torch_releases = _load("torch-*.json")
+    if torch_releases:
+        lines += torch_releases_section(torch_releases)
     if sweeps:
         lines += sweep_section(sweeps)
     if overhead.exists():

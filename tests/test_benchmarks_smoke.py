@@ -362,3 +362,18 @@ def test_transformers_exporter_and_strict_columns_then_a_merge(tmp_path):
         assert "pytree.dynamic_cache" in results["hf_onnx_autopatch"]["patches"]
     else:  # transformers.exporters appeared in 5.x
         assert results["hf_onnx"]["status"] == results["hf_onnx_autopatch"]["status"] == "n/a"
+
+
+def test_torch_release_results_render_with_their_commit():
+    """benchmarks/torch_release.sh's results files (one per torch release) in the page's torch-releases table."""
+    import report
+
+    results = report._load("torch-*.json")
+    assert results, "no benchmarks/results/torch-*.json: run bash benchmarks/torch_release.sh 2.14.1"
+    text = "\n".join(report.torch_releases_section(results))
+    for data in results:
+        suite, catalogue = data["suite"], data["catalogue"]
+        assert suite["passed"] + suite["failed"] + suite["errors"] + suite["skipped"] > 0
+        assert 0 < catalogue["autopatch_ok"] <= catalogue["cases"]
+        assert f"| {data['meta']['torch']} | {data['meta']['transformers']} |" in text
+        assert report.measured_at(data["meta"]) in text
