@@ -30,8 +30,16 @@ the attention implementation, ``use_sliding_window``, flags and strings.
   ``image_seq_length``) is scaled by as much as the patch count was.
 
 Inputs (``inputs``) reuse catalogue's builders (prefill, decode from the model's own eager prefill, seq2seq,
-left padding); a vision-language model's image placeholders are as many as its own ``get_image_features`` returns
-for the tiny image, so that no processor file is needed.
+left padding).  A vision-language model gets one image per sample (2, 3 and 4 samples, texts of 5, 7 and 9
+tokens) in the layout its forward's parameters name, as its processor would give it: flattened patches and
+``image_grid_thw`` (Qwen2-VL and kin), anyres tiles and ``image_sizes`` counted by the model's own
+``image_size_to_num_patches`` (LLaVA-NeXT), tiles with ``aspect_ratio_ids`` and a cross-attention mask (Mllama),
+patch sequences with ``spatial_shapes`` (SigLIP 2 towers), numbered ``flattened_patches`` (Pix2Struct), an images
+axis with ``pixel_attention_mask`` (Idefics 2/3); where several layouts fit the names, the model's own
+``get_image_features`` picks the first it takes, and its output says how many placeholders each image needs, so
+that no processor file is needed.  The shrink keeps what these layouts read consistent: LLaVA-NeXT's grid
+pinpoints scale with the tower's image size, M-RoPE sections fit the tiny head, a projector's feature layers stay
+within the tiny tower.
 
 Like catalogue.py, this module imports torch and transformers lazily.
 """
@@ -128,7 +136,9 @@ SIZES = {
                      "embedding_dim", "out_hidden_size", "vision_output_dim"),
                     HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
-                     "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder"), HEADS),
+                     "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder",
+                     "encoder_num_attention_heads", "decoder_num_attention_heads", "speech_encoder_attention_heads",
+                     "t2u_encoder_attention_heads", "t2u_decoder_attention_heads"), HEADS),
     **dict.fromkeys(("head_dim", "d_kv", "kv_channels", "d_head", "attention_head_dim", "global_head_dim",
                      "mamba_headdim", "linear_key_head_dim", "linear_value_head_dim", "v_head_dim",
                      "hidden_size_per_layer_input"), HEAD_DIM),
@@ -149,7 +159,8 @@ KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_que
                  "encoder_num_key_value_heads", "decoder_num_key_value_heads")
 HEAD_NAMES = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 LAYER_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "num_encoder_layers",
-               "encoder_layers", "decoder_layers", "text_num_hidden_layers", "vision_num_hidden_layers")
+               "encoder_layers", "decoder_layers", "text_num_hidden_layers", "vision_num_hidden_layers",
+               "encoder_num_hidden_layers", "decoder_num_hidden_layers", "speech_encoder_layers")
 EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
                 "zero_expert_num")
 TOPK_NAMES = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "router_topk", "moe_k")
@@ -250,6 +261,12 @@ def _shrink_node(config, remap: dict) -> None:
     if full_depth and depth and depth < full_depth:
         _cut_per_layer(config, full_depth, depth)
     _rebuild(config, _tiny_overrides(per_layer, depth))
+    _set_mrope(config)
+    _clamp_feature_layers(config)
+    layers = _stored(config).get("intermediate_layers_indices")
+    if _is_int(_stored(config).get("vision_output_dim")) and isinstance(layers, (list, tuple)):
+        # Mllama: the tower's output is its last layer and each kept intermediate one, concatenated
+        _set(config, "vision_output_dim", HIDDEN * (1 + len(layers)))
     override = OVERRIDES.get(getattr(config, "model_type", ""), {})
     for name, value in override.items():
         if not name.startswith("_"):
@@ -317,7 +334,8 @@ def _set_sizes(config, before: dict, depth: int) -> None:
             _set(config, name, SIZES.get(name, KV_HEADS if name in KV_HEAD_NAMES else 2))
         elif _is_int(current):
             value = _tiny_value(name, current, depth)
-            if name in KV_HEAD_NAMES and heads is not None and current == heads:
+            own_heads = before.get(name.replace("key_value_heads", "attention_heads"), heads)  # Moonshine's
+            if name in KV_HEAD_NAMES and own_heads is not None and current == own_heads:
                 value = HEADS  # multi-head attention stays multi-head
             if value is not None and value != current:
                 _set(config, name, value)
@@ -336,6 +354,12 @@ def _set_vocab(config, remap: dict) -> None:
         vocab = "vocab_size" in name or name.endswith("_vocab")  # vocab_size_per_layer_input, a hash vocab
         if vocab and "type_vocab" not in name and _is_int(value):
             _set(config, name, remap["vocab"])
+        elif name == "vocab_size" and value is None and not sub_configs(config):
+            _set(config, name, remap["vocab"])  # ESM: no default vocabulary (each checkpoint names its own)
+        elif name in IMAGE_TOKEN_NAMES and value is None and "num_query_tokens" in stored:
+            # BLIP-2 and InstructBLIP: the checkpoint (not the default config) names the token the processor
+            # repeats once per query token; the tiny one takes the vocabulary's last id
+            _set(config, name, remap["vocab"] - 1)
         elif name.endswith(SPECIAL_SUFFIXES) and remap["ids"]:
             if _is_int(value):
                 _set(config, name, remap["ids"].get(value, value))
@@ -362,6 +386,11 @@ def _keep_ratios(config, before: dict) -> None:
             _set(config, size_name, expand * HIDDEN // n)
     if _is_int(stored.get("qk_head_dim")) and _is_int(stored.get("qk_nope_head_dim")):
         _set(config, "qk_head_dim", stored["qk_nope_head_dim"] + stored["qk_rope_head_dim"])  # MLA's query head
+    if _is_int(stored.get("coordinate_size")) and _is_int(stored.get("shape_size")):
+        # LayoutLMv3: four coordinate and two shape embeddings of a box, side by side, make the hidden size
+        coordinate = HIDDEN // 6
+        _set(config, "coordinate_size", coordinate)
+        _set(config, "shape_size", (HIDDEN - 4 * coordinate) // 2)
     if _is_int(stored.get("mamba_d_ssm")) and _is_int(stored.get("mamba_expand")):
         _set(config, "mamba_d_ssm", stored["mamba_expand"] * HIDDEN)
     if _is_int(stored.get("intermediate_size")) and _is_int(stored.get("expand")) and "conv_kernel" in stored \
@@ -383,6 +412,58 @@ def _shrink_vision(config, before: dict) -> None:
                 value = stored.get(name)
                 if _is_int(value) and value > 1:
                     _set(config, name, _square_at_least_one(value * ratio))
+            pinpoints = stored.get("image_grid_pinpoints")
+            if isinstance(pinpoints, (list, tuple)) and pinpoints:
+                # LLaVA-NeXT's tiled resolutions are multiples of the tower's image size: shrunk like it
+                side = math.sqrt(ratio)
+                _set(config, "image_grid_pinpoints", [[round(v * side) for v in pair] for pair in pinpoints])
+
+
+FEATURE_LAYER_NAMES = ("vision_feature_layer", "vision_feature_layers")
+
+
+def _clamp_feature_layers(config) -> None:
+    """The vision tower's layers a multimodal config takes features from (-2, VipLLaVA's [-2, -5, -8, -11, 6]),
+    brought within the tiny tower's hidden states; as many of them, so that the projector's width follows."""
+    vision = _stored(config).get("vision_config")
+    depth = catalogue.layer_count(vision) if _is_config(vision) else None
+    if not depth:
+        return
+
+    def clamp(index):
+        return max(index, -(depth + 1)) if index < 0 else min(index, depth)
+
+    for name in FEATURE_LAYER_NAMES:
+        value = _stored(config).get(name)
+        if _is_int(value):
+            _set(config, name, clamp(value))
+        elif isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
+            _set(config, name, type(value)(clamp(v) for v in value))
+
+
+# Qwen2-VL's and GLM-4V's split of a rotary half between time, height and width ([16, 24, 24], [8, 12, 12]).
+MROPE_SHARES = (2, 3, 3)
+
+
+def _set_mrope(config) -> None:
+    """Multimodal RoPE (a vision tower with a temporal patch size) splits each head's rotary half into sections
+    whose default, in the modeling code, fits the full head only: sections for the tiny head, in the same shares."""
+    text, vision = getattr(config, "text_config", None), _stored(config).get("vision_config")
+    if not (_is_config(text) and _is_config(vision) and "temporal_patch_size" in _stored(vision)):
+        return
+    rope = getattr(text, "rope_parameters", None)
+    if not isinstance(rope, dict) and "rope_scaling" in _stored(text):
+        # transformers 4 keeps the sections in rope_scaling, which its default config leaves unset
+        rope = _stored(text)["rope_scaling"] or {"rope_type": "default", "type": "default"}
+        _set(text, "rope_scaling", rope)
+    heads = getattr(text, "num_attention_heads", None)
+    if not isinstance(rope, dict) or not _is_int(heads):
+        return
+    head = getattr(text, "head_dim", None) or text.hidden_size // heads
+    factor = rope.get("partial_rotary_factor") or getattr(text, "partial_rotary_factor", None) or 1.0
+    half = int(head * factor) // 2
+    parts = [half * share // sum(MROPE_SHARES) for share in MROPE_SHARES[1:]]
+    rope["mrope_section"] = [half - sum(parts), *parts]
 
 
 def _square_at_least_one(count: float) -> int:
@@ -465,7 +546,9 @@ def _rebuild(config, per_layer: dict) -> None:
         if per_layer:
             _set(config, "per_layer_config", per_layer)
         return
-    marks = {k: v for k, v in stored.items() if k == PATCH_RATIO}
+    # a constructor that only builds sub-configs from dicts or None (transformers 4's Qwen2-VL) drops the given
+    # (already shrunk) ones: kept as they were
+    marks = {k: v for k, v in stored.items() if k == PATCH_RATIO or (_is_config(v) and k not in vars(fresh))}
     stored.clear()
     stored.update(vars(fresh))
     stored.update(marks)
@@ -476,6 +559,11 @@ OVERRIDES: dict = {
     # Zamba shares one transformer block between its hybrid layers (the 5th and every 6th after it): tying its
     # weights needs two of them, so 11 layers, not the 5 that hold every kind of layer.
     "zamba": {"_depth": 11},
+    # ESM's config names no padding or mask token (each checkpoint does; ESM-2's are 1 and 32) and the model
+    # reads the padding id to build its mask
+    "esm": {"pad_token_id": 1, "mask_token_id": 32},
+    # LiLT's layout stream embeds a box's six coordinates in hidden / 6 each: a hidden size six divides
+    "lilt": {"hidden_size": 48},
 }
 
 
@@ -697,8 +785,13 @@ def _encoder_inputs(model, k: int) -> dict:
             mask[row, -pad:] = 0
             ids[row, -pad:] = catalogue._pad_id(model.config)
     found = {"input_ids": ids, "attention_mask": mask}
+    if "attention_mask" not in _forward_params(type(model)):
+        del found["attention_mask"]  # FNet mixes tokens by Fourier transform: no mask to give
     if "token_type_ids" in _forward_params(type(model)):
         found["token_type_ids"] = torch.zeros_like(ids)
+        kinds = getattr(model.config, "type_vocab_sizes", None)
+        if isinstance(kinds, (list, tuple)):  # TAPAS: one token type per table feature (row, column, rank...)
+            found["token_type_ids"] = torch.zeros(batch, seq, len(kinds), dtype=torch.long)
     return _scrub(found, model.config)
 
 
@@ -714,7 +807,7 @@ def _audio_candidates(model, batch: int, k: int, g) -> list:
     frames, frames x features (Speech2Text), raw samples (Moonshine, wav2vec2 encoders)."""
     import torch
 
-    config = getattr(model.config, "encoder", None) or model.config
+    config = getattr(model.config, "encoder", None) or getattr(model.config, "encoder_config", None) or model.config
     frames = SPEECH_FRAMES[k]
     found = []
     mel = getattr(config, "num_mel_bins", None)
@@ -723,7 +816,8 @@ def _audio_candidates(model, batch: int, k: int, g) -> list:
         if _is_int(source):
             found.append(torch.randn(batch, mel, 2 * source, generator=g))
         found.append(torch.randn(batch, mel, frames, generator=g))
-    features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None) or mel
+    features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None) or \
+        getattr(config, "feature_projection_input_dim", None) or mel  # SeamlessM4T: stacked mel frames
     if _is_int(features):
         channels = getattr(config, "input_channels", 1) or 1
         found.append(torch.randn(batch, frames, features * channels, generator=g))
@@ -764,14 +858,18 @@ def _speech_inputs(model, step: str, k: int) -> dict:
     name, audio = _audio(model, batch, k, g)
     with torch.no_grad():
         out = model(**{name: audio}, decoder_input_ids=catalogue._ids(g, vocab, batch, past), use_cache=True)
-    encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
+        # the encoder's own output type: Canary's carries the encoder's attention mask the decoder reads
+        encoded = model.get_encoder()(**{name: audio})
+    if not hasattr(encoded, "last_hidden_state"):
+        encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
     return _scrub({"encoder_outputs": encoded, "decoder_input_ids": catalogue._ids(g, vocab, batch, seq),
                    "past_key_values": out.past_key_values}, model.config)
 
 
 # --- vision-language --------------------------------------------------------------------------------------------
 
-IMAGE_TOKEN_NAMES = ("image_token_id", "image_token_index", "image_token")
+# the placeholder's id, by the names configs give it (InstructBLIP-Video's placeholders are video ones only)
+IMAGE_TOKEN_NAMES = ("image_token_id", "image_token_index", "image_token", "video_token_index")
 
 
 def image_token(config):
@@ -815,7 +913,22 @@ def _grid_layout(model, batch: int, g) -> dict:
     side = 2 * merge
     grid = torch.tensor([[1, side, side]] * batch)
     pixels = torch.randn(batch * side * side, _channels(vision) * temporal * patch * patch, generator=g)
-    return {"pixel_values": pixels, "image_grid_thw": grid}
+    found = {"pixel_values": pixels, "image_grid_thw": grid}
+    if "image_merge_sizes" in _forward_params(type(model)):  # VideoLLaMA 3: each image's merge, given with it
+        found["image_merge_sizes"] = torch.tensor([merge] * batch)
+    return found
+
+
+def _patch_sequence_layout(model, batch: int, g) -> dict:
+    """SigLIP 2's "naflex" towers (LFM2-VL): each image as a sequence of flattened patches, its patch grid
+    (``spatial_shapes``) and which patches are real."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch, side = getattr(vision, "patch_size", 16), PATCHES_PER_SIDE
+    pixels = torch.randn(batch, side * side, _channels(vision) * patch * patch, generator=g)
+    return {"pixel_values": pixels, "spatial_shapes": torch.tensor([[side, side]] * batch),
+            "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.long)}
 
 
 def _tiled_layout(model, batch: int, g) -> dict | None:
@@ -832,6 +945,20 @@ def _tiled_layout(model, batch: int, g) -> dict | None:
     tiles = tiles_of(image_size=(size, size), grid_pinpoints=pinpoints, patch_size=size)
     return {"pixel_values": torch.randn(batch, tiles, _channels(vision), size, size, generator=g),
             "image_sizes": torch.tensor([[size, size]] * batch)}
+
+
+def _numbered_patches_layout(model, batch: int, g) -> dict:
+    """Pix2Struct: flattened patches, each row led by its (1-based) row and column, and which patches are real."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch, side = getattr(vision, "patch_size", 16), PATCHES_PER_SIDE
+    width = getattr(vision, "patch_embed_hidden_size", None) or _channels(vision) * patch * patch
+    rows = torch.arange(1, side + 1).repeat_interleave(side).float()
+    cols = torch.arange(1, side + 1).repeat(side).float()
+    values = torch.randn(batch, side * side, width, generator=g)
+    patches = torch.cat([rows.expand(batch, -1)[..., None], cols.expand(batch, -1)[..., None], values], dim=-1)
+    return {"flattened_patches": patches, "attention_mask": torch.ones(batch, side * side, dtype=torch.long)}
 
 
 def _cross_attention_layout(model, batch: int, g) -> dict:
@@ -852,30 +979,78 @@ def _pixel_layouts(model, batch: int, g) -> list:
     specific first; the model's own ``get_image_features`` picks (``_pixel_inputs``)."""
     import torch
 
+    found = _image_layouts(model, batch, g)
+    if "qformer_input_ids" in _forward_params(type(model)):
+        # InstructBLIP: the Q-Former reads the instruction too (its own tokenizer's ids)
+        qformer = _stored(model.config).get("qformer_config")
+        ids = catalogue._ids(g, vocab_size(qformer) if _is_config(qformer) else VOCAB, batch, 4)
+        found = [{**layout, "qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
+                 for layout in found]
+    return found
+
+
+def _image_layouts(model, batch: int, g) -> list:
+    import torch
+
     taken = _forward_params(type(model))
     if "image_grid_thw" in taken:
         return [_grid_layout(model, batch, g)]
     if "aspect_ratio_ids" in taken:
         return [_cross_attention_layout(model, batch, g)]
+    if "spatial_shapes" in taken:
+        return [_patch_sequence_layout(model, batch, g)]
+    if "flattened_patches" in taken:
+        return [_numbered_patches_layout(model, batch, g)]
     vision = _vision_config(model.config)
     size = _image_size(vision)
     plain = torch.randn(batch, _channels(vision), size, size, generator=g)
+    if "image_attention_mask" in taken or _video_only(model):
+        # IDEFICS: an images axis (a mask says which text attends to which image); InstructBLIP-Video: frames
+        frames = VIDEO_FRAMES if _video_only(model) else 1
+        return [{"pixel_values": torch.randn(batch, frames, _channels(vision), size, size, generator=g)}]
     found = [_tiled_layout(model, batch, g)] if "image_sizes" in taken else []
     if "pixel_attention_mask" in taken:
         # Idefics and SmolVLM: an images axis and which pixels are real
         found.append({"pixel_values": plain.unsqueeze(1),
                       "pixel_attention_mask": torch.ones(batch, 1, size, size, dtype=torch.bool)})
+        # Granite Docling: the mask says which tiles (not pixels) are real
+        found.append({"pixel_values": plain.unsqueeze(1), "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool)})
     if "image_sizes" in taken:  # Pixtral's towers take any size and read it here; others ignore or refuse it
         found.append({"pixel_values": plain, "image_sizes": torch.tensor([[size, size]] * batch)})
     found.append({"pixel_values": plain})
+    high_res = _stored(model.config).get("high_res_vision_config")
+    if "high_res_pixel_values" in taken and _is_config(high_res):
+        # DeepSeek-VL hybrid: the same image again at its second tower's (larger) size
+        wide = _image_size(high_res)
+        extra = torch.randn(batch, _channels(high_res), wide, wide, generator=g)
+        found = [{**layout, "high_res_pixel_values": extra} for layout in found if layout is not None]
     return [layout for layout in found if layout is not None]
 
 
+VIDEO_FRAMES = 4
+
+
+def _video_only(model) -> bool:
+    """InstructBLIP-Video: its ``pixel_values`` are videos (no separate ``pixel_values_videos``)."""
+    return hasattr(model, "get_video_features") and "pixel_values_videos" not in _forward_params(type(model)) \
+        and "pixel_values_images" not in _forward_params(type(model))
+
+
+def _features_name(model) -> str:
+    """The method that gives the features the placeholders stand for."""
+    return "get_video_features" if _video_only(model) else "get_image_features"
+
+
 def _image_features_owner(model):
-    if hasattr(model, "get_image_features"):
+    name = _features_name(model)
+    if hasattr(model, name):
         return model
     inner = getattr(model, "model", None)
-    return inner if hasattr(inner, "get_image_features") else None
+    return inner if hasattr(inner, name) else None
+
+
+def _features_of(owner, model):
+    return getattr(owner, _features_name(model))
 
 
 def _pixel_inputs(model, batch: int, g, need_count: bool) -> tuple:
@@ -892,16 +1067,39 @@ def _pixel_inputs(model, batch: int, g, need_count: bool) -> tuple:
             raise BuildError("no get_image_features: cannot count the image placeholders")
         return layouts[0], 0
     errors = []
+    settings = _feature_settings(_features_of(owner, model), owner.config)
     for layout in layouts:
         try:
             with torch.no_grad():
-                count = _feature_count(owner.get_image_features(**layout)) // batch
-            return layout, count
+                count = _feature_count(_features_of(owner, model)(**settings, **_renamed(layout, owner))) // batch
+            return _renamed(layout, owner), count
         except BuildError:
             raise
         except Exception as exc:
             errors.append(first_line(exc))
     raise BuildError(f"no image layout fits get_image_features: {errors[-1]}")
+
+
+def _feature_settings(features, config) -> dict:
+    """What the features method requires that forward reads from the config (transformers 4's Llama 4 wants
+    ``vision_feature_select_strategy`` passed)."""
+    try:
+        wanted = inspect.signature(features).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: getattr(config, p.name) for p in wanted
+            if p.default is p.empty and p.name.startswith("vision_feature") and hasattr(config, p.name)}
+
+
+def _renamed(layout: dict, owner) -> dict:
+    """The layout under get_image_features' own name for the images (Video-LLaVA's ``pixel_values_images``)."""
+    try:
+        names = set(inspect.signature(getattr(owner, "get_image_features", None)).parameters)
+    except (TypeError, ValueError):
+        return layout
+    if "pixel_values" in layout and "pixel_values" not in names and "pixel_values_images" in names:
+        layout = {("pixel_values_images" if k == "pixel_values" else k): v for k, v in layout.items()}
+    return layout
 
 
 def _feature_count(features) -> int:
@@ -914,6 +1112,8 @@ def _feature_count(features) -> int:
         features = features.last_hidden_state
     if isinstance(features, torch.Tensor):
         return features.numel() // features.shape[-1]
+    if isinstance(features, tuple) and features and isinstance(features[0], (list, tuple)):
+        return _feature_count(features[0])  # (per-image features, extras): transformers 4's Qwen3-VL deepstack
     if isinstance(features, (list, tuple)):
         return sum(_feature_count(f) for f in features)
     raise BuildError(f"get_image_features returned {type(features).__name__}")
@@ -928,18 +1128,41 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
     g = catalogue._gen(k + 1)
     pixels, count = _pixel_inputs(model, batch, g, need_count=token is not None)
     text = _scrub({"input_ids": catalogue._ids(g, vocab_size(config), batch, seq)}, config)["input_ids"]
-    if token is None:
+    taken = _forward_params(type(model))
+    queries = getattr(config, "latent_query_num", None)
+    if "image_embeds_position_mask" in taken and _is_int(queries):
+        # Kosmos-2: no placeholder id; a mask says which (any) tokens the image's latent queries replace
+        ids = torch.cat([text[:, :1], torch.full((batch, queries), 3), text[:, 1:]], dim=1)
+        where = torch.zeros_like(ids, dtype=torch.bool)
+        where[:, 1:1 + queries] = True
+        pixels = {**pixels, "image_embeds_position_mask": where}
+    elif token is None:
         ids = text  # no placeholder token (BLIP-2, GIT): the model puts the image features before the text itself
     else:
         ids = torch.cat([text[:, :1], torch.full((batch, count), token), text[:, 1:]], dim=1)
-    found = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels, "use_cache": False}
-    taken = _forward_params(type(model))
+    text_inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if "input_ids" not in taken and "decoder_input_ids" in taken:
+        # an image encoder-decoder (VisionEncoderDecoder, Pix2Struct): the text is the decoder's
+        text_inputs = {"decoder_input_ids": ids}
+        if "decoder_attention_mask" in taken:
+            text_inputs["decoder_attention_mask"] = torch.ones_like(ids)
+    if "bbox" in taken:
+        # UDOP: each text token's box on the page, (x0, y0, x1, y1) in [0, 1] as its processor normalizes them
+        corners = torch.rand(*ids.shape, 2, 2, generator=g).sort(dim=-2).values  # (x0, y0) <= (x1, y1)
+        text_inputs["bbox"] = corners.reshape(*ids.shape, 4)
+    if "decoder_input_ids" in taken and "decoder_input_ids" not in text_inputs \
+            and getattr(config, "is_encoder_decoder", False):
+        # an encoder-decoder reading text and image (UDOP): a short answer so far for its decoder
+        text_inputs["decoder_input_ids"] = catalogue._ids(g, vocab_size(config), batch, 3)
+    found = {**text_inputs, **pixels, "use_cache": False}
     if "mm_token_type_ids" in taken and token is not None:
         found["mm_token_type_ids"] = (ids == token).long()  # which tokens are image ones (M-RoPE's positions)
+    if "image_attention_mask" in taken and "input_ids" in found:
+        found["image_attention_mask"] = torch.ones(batch, ids.shape[1], 1, dtype=torch.long)  # every token sees it
     if "cross_attention_mask" in taken and "aspect_ratio_mask" in pixels:
         # every text token attends to its sample's image tiles (the real ones)
         found["cross_attention_mask"] = pixels["aspect_ratio_mask"][:, None].expand(-1, ids.shape[1], -1, -1)
-    if padded:
+    if padded and "input_ids" in found:
         catalogue._left_padded(model, [found], [seq - 1])
     return found
 

@@ -23,6 +23,8 @@ REPRESENTATIVES = [
     ("causal", "mamba"),  # expand / intermediate / time-step rank
     ("causal", "jamba"),  # hybrid: attention every 8 layers from the 5th
     ("vlm", "gemma3"),  # vision tower and token count left full size
+    ("vlm", "qwen2_vl"),  # flattened patches and (t, h, w) grids; M-RoPE sections for the tiny head
+    ("vlm", "llava_next"),  # tiled images: grid pinpoints shrunk like the tower's image size
     ("speech", "whisper"),  # pad / decoder-start ids above the shrunk vocab
     ("encoder", "distilbert"),  # a masked-LM encoder (BERT itself is in the causal mapping too)
 ]
@@ -109,6 +111,20 @@ def test_input_sets_differ_in_batch_and_sequence(kind, model_type):
         assert len({s[1] for s in shapes}) == 3, (step, shapes)  # sequence
         assert tiny.inputs(model, arch, step, 1)[_ids_name(step, kind)].tolist() == \
             tiny.inputs(model, arch, step, 1)[_ids_name(step, kind)].tolist()  # deterministic
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next"])
+def test_vlm_input_sets_differ_and_hold_two_images_or_more(model_type):
+    arch = _arch("vlm", model_type)
+    model = tiny.build(arch)
+    token = tiny.image_token(model.config)
+    sets = [tiny.inputs(model, arch, "prefill", k) for k in range(3)]
+    shapes = [tuple(found["input_ids"].shape) for found in sets]
+    assert len({s[0] for s in shapes}) == 3 and len({s[1] for s in shapes}) == 3, shapes
+    for found in sets:
+        images = found["image_grid_thw"].shape[0] if "image_grid_thw" in found else found["pixel_values"].shape[0]
+        assert found["input_ids"].shape[0] >= 2 and images >= 2
+        assert (found["input_ids"] == token).sum() > 0
 
 
 def _ids_name(step, kind):
