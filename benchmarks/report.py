@@ -507,6 +507,11 @@ def main(argv=None) -> None:
         lines += torch_releases_section(torch_releases)
     if sweeps:
         lines += sweep_section(sweeps)
+    else:
+        lines += ["## Supported models", "",
+                  "No results of the sweep of every architecture (`python benchmarks/sweep.py`, one per transformers "
+                  "version; `run_all.sh` runs it) at this point: the supported-models table appears here once one "
+                  "has run.", ""]
     if overhead.exists():
         lines += overhead_section(json.loads(overhead.read_text()))
     if coverage:
