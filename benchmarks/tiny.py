@@ -37,7 +37,9 @@ tokens) in the layout its forward's parameters name, as its processor would give
 patch sequences with ``spatial_shapes`` (SigLIP 2 towers), numbered ``flattened_patches`` (Pix2Struct), an images
 axis with ``pixel_attention_mask`` (Idefics 2/3); where several layouts fit the names, the model's own
 ``get_image_features`` picks the first it takes, and its output says how many placeholders each image needs, so
-that no processor file is needed.  The shrink keeps what these layouts read consistent: LLaVA-NeXT's grid
+that no processor file is needed.  Layouts no parameter name tells apart (MiniCPM-V's patch strips, Fuyu's patch
+rows) are in one table, ``IMAGE_LAYOUTS``; what a default config leaves incomplete (None sizes, a missing rope
+theta or layer pattern) is in ``OVERRIDES``, each entry saying why.  The shrink keeps what these layouts read consistent: LLaVA-NeXT's grid
 pinpoints scale with the tower's image size, M-RoPE sections fit the tiny head, a projector's feature layers stay
 within the tiny tower.
 
@@ -217,6 +219,10 @@ def special_ids(config) -> set:
 
 def shrink(config):
     """``config`` shrunk in place (see the module docstring) and returned."""
+    for node in _tree(config):  # special ids a default config lacks, given before the vocabulary is planned
+        for name, value in OVERRIDES.get(getattr(node, "model_type", ""), {}).get("_ids", {}).items():
+            if _stored(node).get(name) is None:
+                _set(node, name, value)
     remap = _vocab_plan(config)
     _shrink_node(config, remap)
     for node in _tree(config):
@@ -270,7 +276,11 @@ def _shrink_node(config, remap: dict) -> None:
     override = OVERRIDES.get(getattr(config, "model_type", ""), {})
     for name, value in override.items():
         if not name.startswith("_"):
-            setattr(config, name, value)
+            node, _, attr = name.rpartition(".")  # "attn_config.rope_theta": an attribute of a sub-config
+            setattr(getattr(config, node) if node else config, attr, value)
+    for name, value in override.get("_ids", {}).items():  # again: a rebuild drops what the constructor does not take
+        if getattr(config, name, None) is None or name not in _stored(config):
+            _set(config, name, remap["ids"].get(value, value))
 
 
 def _tiny_depth(config) -> int:
@@ -356,7 +366,8 @@ def _set_vocab(config, remap: dict) -> None:
             _set(config, name, remap["vocab"])
         elif name == "vocab_size" and value is None and not sub_configs(config):
             _set(config, name, remap["vocab"])  # ESM: no default vocabulary (each checkpoint names its own)
-        elif name in IMAGE_TOKEN_NAMES and value is None and "num_query_tokens" in stored:
+        elif name in IMAGE_TOKEN_NAMES and value is None and ("num_query_tokens" in stored
+                                                               or config.model_type in NO_DEFAULT_IMAGE_TOKEN):
             # BLIP-2 and InstructBLIP: the checkpoint (not the default config) names the token the processor
             # repeats once per query token; the tiny one takes the vocabulary's last id
             _set(config, name, remap["vocab"] - 1)
@@ -365,6 +376,11 @@ def _set_vocab(config, remap: dict) -> None:
                 _set(config, name, remap["ids"].get(value, value))
             elif isinstance(value, (list, tuple)):
                 _set(config, name, type(value)(remap["ids"].get(v, v) for v in value))
+
+
+# Model types whose default config leaves the image placeholder id None (their checkpoints name it) although the
+# model finds the images by it: given the vocabulary's last id, like BLIP-2's.
+NO_DEFAULT_IMAGE_TOKEN = ("minicpmv4_7", "nemotron_h_omni")
 
 
 def _keep_ratios(config, before: dict) -> None:
@@ -384,6 +400,18 @@ def _keep_ratios(config, before: dict) -> None:
         expand, n = stored.get(expand_name), stored.get(heads_name)
         if _is_int(expand) and _is_int(n) and size_name in stored and (expand_name != "expand" or mamba2):
             _set(config, size_name, expand * HIDDEN // n)
+    groups = before.get("upsample_groups")
+    if _is_int(groups) and groups == hidden and _is_int(stored.get("hidden_size")):
+        _set(config, "upsample_groups", stored["hidden_size"])  # Mimi: a depthwise (one group per channel) upsample
+    attention = before.get("attention_hidden_size")
+    if _is_int(attention) and hidden and heads and _is_int(stored.get("hidden_size")):
+        # Zamba: the shared attention block reads the hidden state and the embeddings side by side (2 x hidden)
+        _set(config, "attention_hidden_size", attention * stored["hidden_size"] // hidden)
+        if before.get("attention_head_dim") == attention // heads:
+            _set(config, "attention_head_dim", stored["attention_hidden_size"] // stored["num_attention_heads"])
+    rope_dim = before.get("qk_rope_head_dim")
+    if _is_int(rope_dim) and before.get("head_dim") == rope_dim and _is_int(stored.get("head_dim")):
+        _set(config, "head_dim", stored["qk_rope_head_dim"])  # LongCat-Flash's rotary embedding sizes by head_dim
     if _is_int(stored.get("qk_head_dim")) and _is_int(stored.get("qk_nope_head_dim")):
         _set(config, "qk_head_dim", stored["qk_nope_head_dim"] + stored["qk_rope_head_dim"])  # MLA's query head
     if _is_int(stored.get("coordinate_size")) and _is_int(stored.get("shape_size")):
@@ -449,9 +477,11 @@ def _set_mrope(config) -> None:
     """Multimodal RoPE (a vision tower with a temporal patch size) splits each head's rotary half into sections
     whose default, in the modeling code, fits the full head only: sections for the tiny head, in the same shares."""
     text, vision = getattr(config, "text_config", None), _stored(config).get("vision_config")
-    if not (_is_config(text) and _is_config(vision) and "temporal_patch_size" in _stored(vision)):
+    if not (_is_config(text) and _is_config(vision)):
         return
     rope = getattr(text, "rope_parameters", None)
+    if "temporal_patch_size" not in _stored(vision) and "vision_start_token_id" not in _stored(config):
+        return  # (PaddleOCR-VL's tower has no temporal patch size; its vision-start token says M-RoPE all the same)
     if not isinstance(rope, dict) and "rope_scaling" in _stored(text):
         # transformers 4 keeps the sections in rope_scaling, which its default config leaves unset
         rope = _stored(text)["rope_scaling"] or {"rope_type": "default", "type": "default"}
@@ -562,15 +592,82 @@ OVERRIDES: dict = {
     # ESM's config names no padding or mask token (each checkpoint does; ESM-2's are 1 and 32) and the model
     # reads the padding id to build its mask
     "esm": {"pad_token_id": 1, "mask_token_id": 32},
+    # DBRX's attention reads attn_config.rope_theta, which transformers 5's DbrxAttentionConfig no longer has (the
+    # theta moved to the top config's rope_parameters): the same value given where the attention reads it; and it
+    # clamps q, k, v to clip_qkv unconditionally, which the default leaves None (DBRX's checkpoints say 8)
+    "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
+    # dots.llm1's default config leaves its MoE sizes None (the checkpoint sets 128 routed, 2 shared experts)
+    "dots1": {"n_routed_experts": 4, "n_shared_experts": 1},
+    # LFM2-MoE's default config has no layer_types (and, unlike LFM2's, derives none): LFM2-8B-A1B's first layers,
+    # two short convolutions then full attention
+    "lfm2_moe": {"_depth": 3, "layer_types": ["conv", "conv", "full_attention"]},
+    # Qwen4-Exp's default layers include an indexed (QSA) attention whose indexer sizes the default config leaves
+    # None: a tiny indexer (one kv head, as its validator requires; budget a multiple of the compress ratio)
+    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), {
+        "indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
+        "indexer_compress_ratio": 4}),
+    # Cohere Compass's rotary embedding reads rope parameters per layer type, which the default config leaves
+    # empty ({}): the default rope for its one layer type, M-RoPE sections for the tiny head (half of 16: 2+3+3;
+    # the code's fallback [24, 20, 20] fits a 128 head only)
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}},
+    # The Qwen omni thinkers' rope index reads vision_start_token_id, which their default configs lack (the
+    # checkpoints' is 151652, as Qwen2-VL's): given before the vocabulary is planned, so it moves like the others
+    **dict.fromkeys(("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"), {"_ids": {"vision_start_token_id": 151652}}),
+    # Moonshine Streaming's decoder reads num_key_value_heads, which its default config does not define (its
+    # encoder's: as many as the heads): multi-head like the encoder
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
+    # Aria's projector maps a tower's patch count to a query count by a table for its two full resolutions
+    # ({1225: 128, 4900: 256}): the tiny tower's 16 patches, queries scaled like the patch count (a square, 4)
+    "aria": {"projector_patch_to_query_dict": {PATCHES_PER_SIDE ** 2: 4},
+             "max_value_projector_patch_to_query_dict": 4},
+    # Bamba's and Granite 4.0-H's default configs are all Mamba (their checkpoints put attention in some layers,
+    # Bamba-9B's at 9, 18, 27), and transformers' cache cannot count the past of an all-Mamba model: a tiny one with
+    # a Mamba layer then an attention layer
+    "bamba": {"_depth": 2, "attn_layer_indices": [1]},
+    "granitemoehybrid": {"_depth": 2, "layer_types": ["linear_attention", "full_attention"]},
+    # Llama 4's vision adapter pixel-shuffles (ratio 0.5: 4 x the width) into an MLP of intermediate_size, which is
+    # also the tower's MLP width (5632 = 4 x 1408 in the default); its projector dims then feed the text projector
+    "llama4_vision_model": {"intermediate_size": 4 * HIDDEN, "projector_input_dim": HIDDEN,
+                            "projector_output_dim": HIDDEN, "vision_output_dim": HIDDEN},
+    # Kimi-K2.5's projector normalizes the tower's output over projection_hidden_size, the tower's hidden size
+    # (1152 in both defaults), kept on the top config where the tower's shrink does not reach it
+    "kimi_k25": {"projection_hidden_size": HIDDEN},
     # LiLT's layout stream embeds a box's six coordinates in hidden / 6 each: a hidden size six divides
     "lilt": {"hidden_size": 48},
 }
 
 
-def tiny_config(model_type: str):
+# Composite configs whose transformers 4 constructor refuses to run without sub-configs: the sub-configs
+# transformers 5's defaults give them (class names, so that a decoder config the auto mapping lacks is found).
+COMPOSITE_DEFAULTS = {
+    "encoder-decoder": {"encoder": "BertConfig", "decoder": "BertConfig"},
+    "vision-encoder-decoder": {"encoder": "ViTConfig", "decoder": "BertConfig"},
+    "speech-encoder-decoder": {"encoder": "Wav2Vec2Config", "decoder": "BertConfig"},
+    "musicgen": {"text_encoder": "T5Config", "audio_encoder": "EncodecConfig", "decoder": "MusicgenDecoderConfig"},
+    "musicgen_melody": {"text_encoder": "T5Config", "audio_encoder": "EncodecConfig",
+                        "decoder": "MusicgenMelodyDecoderConfig"},
+}
+
+
+def default_config(model_type: str):
+    import transformers
     from transformers import AutoConfig
 
-    return shrink(AutoConfig.for_model(model_type))
+    try:
+        return AutoConfig.for_model(model_type)
+    except ValueError:
+        parts = COMPOSITE_DEFAULTS.get(model_type)
+        if not parts:
+            raise
+    kwargs = {name: getattr(transformers, klass)() for name, klass in parts.items()}
+    if model_type.endswith("encoder-decoder"):  # what from_encoder_decoder_configs sets on the decoder
+        kwargs["decoder"].is_decoder = kwargs["decoder"].add_cross_attention = True
+    return AutoConfig.for_model(model_type, **{name: part.to_dict() for name, part in kwargs.items()})
+
+
+def tiny_config(model_type: str):
+    return shrink(default_config(model_type))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -592,6 +689,10 @@ def _reason(exc: BaseException) -> str:
     found = re.search(r"requires the (\S+) library", text) or re.search(r"No module named '([^'.]+)", text)
     if found:
         return f"needs {found.group(1)}"
+    missing = re.fullmatch(r"'(\w+Config)' object has no attribute '(\w+)'", text.strip())
+    if isinstance(exc, AttributeError) and missing and not missing.group(2).endswith("_config"):
+        # the model reads what the default config does not define (a missing sub-config is a wrong config class)
+        return f"default config incomplete: {missing.group(1)} has no {missing.group(2)}"
     return first_line(exc)
 
 
@@ -989,12 +1090,65 @@ def _pixel_layouts(model, batch: int, g) -> list:
     return found
 
 
+def _strip_layout(model, batch: int, g) -> dict:
+    """MiniCPM-V 4.6 and kin: every image's patches side by side in one strip, (1, channels, patch, patches x
+    patch) as their processor's ``reshape_by_patch`` lays them, and each image's patch grid (``target_sizes``)."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch, side = getattr(vision, "patch_size", 14), PATCHES_PER_SIDE
+    pixels = torch.randn(1, _channels(vision), patch, batch * side * side * patch, generator=g)
+    return {"pixel_values": pixels, "target_sizes": torch.tensor([[side, side]] * batch, dtype=torch.int32)}
+
+
+def _grid_hw_layout(model, batch: int, g) -> dict:
+    """Nemotron-H Omni: every image's patches flattened into one row each, and its (h, w) patch grid."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch, side = getattr(vision, "patch_size", 16), PATCHES_PER_SIDE
+    pixels = torch.randn(batch * side * side, _channels(vision) * patch * patch, generator=g)
+    return {"pixel_values": pixels, "image_grid_hw": torch.tensor([[side, side]] * batch)}
+
+
+def _patch_rows_layout(model, batch: int, g) -> dict:
+    """Fuyu: no vision tower, each image's patches flattened (batch, patches, channels x patch x patch) for a linear
+    patch embedding, as its processor gives them."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch, side = getattr(vision, "patch_size", 30), PATCHES_PER_SIDE
+    return {"pixel_values": torch.randn(batch, side * side, _channels(vision) * patch * patch, generator=g)}
+
+
+# Per-model image layouts no parameter name tells apart (model type -> builder), and why.
+IMAGE_LAYOUTS = {
+    # MiniCPM-V 4.6/4.7 and MiniCPM-OCR: NaViT patch strips with per-image patch grids (their processor's layout)
+    **dict.fromkeys(("minicpmv4_6", "minicpmv4_7", "minicpm_ocr"), _strip_layout),
+    # Fuyu's pixel_values are flattened patches, not images (its forward's parameter names say images)
+    "fuyu": _patch_rows_layout,
+}
+
+
 def _image_layouts(model, batch: int, g) -> list:
     import torch
 
     taken = _forward_params(type(model))
+    special = IMAGE_LAYOUTS.get(getattr(model.config, "model_type", ""))
+    if special is not None:
+        return [special(model, batch, g)]
     if "image_grid_thw" in taken:
-        return [_grid_layout(model, batch, g)]
+        flat = _grid_layout(model, batch, g)
+        # PaddleOCR-VL and Kimi-K2.5: the same patches as small images, (patches, channels, patch, patch), for a
+        # conv patch embedding that takes no temporal axis
+        vision = _vision_config(model.config)
+        patch = getattr(vision, "patch_size", 14)
+        rows = flat["pixel_values"].shape[0]
+        own = torch.Generator().manual_seed(rows)  # not from g: the other layouts' draws stay as they were
+        small = torch.randn(rows, _channels(vision), patch, patch, generator=own)
+        return [flat, {**flat, "pixel_values": small}]
+    if "image_grid_hw" in taken:
+        return [_grid_hw_layout(model, batch, g)]
     if "aspect_ratio_ids" in taken:
         return [_cross_attention_layout(model, batch, g)]
     if "spatial_shapes" in taken:

@@ -22,6 +22,9 @@ REPRESENTATIVES = [
     ("causal", "gptj"),  # rotary_dim larger than the shrunk head
     ("causal", "mamba"),  # expand / intermediate / time-step rank
     ("causal", "jamba"),  # hybrid: attention every 8 layers from the 5th
+    ("causal", "longcat_flash"),  # rotary embedding sized by head_dim, which is the MLA rope dim
+    ("causal", "dbrx"),  # default attention config incomplete (rope_theta, clip_qkv): per-model overrides
+    ("seq2seq", "encoder-decoder"),  # transformers 4: no default sub-configs
     ("vlm", "gemma3"),  # vision tower and token count left full size
     ("vlm", "qwen2_vl"),  # flattened patches and (t, h, w) grids; M-RoPE sections for the tiny head
     ("vlm", "llava_next"),  # tiled images: grid pinpoints shrunk like the tower's image size
@@ -43,9 +46,7 @@ def _arch(kind, model_type):
 
 
 def _default(model_type):
-    from transformers import AutoConfig
-
-    return AutoConfig.for_model(model_type)
+    return tiny.default_config(model_type)
 
 
 def _kinds_of_layers(config) -> dict:
@@ -94,6 +95,11 @@ def test_sizes_are_consistent_where_the_model_derives_them():
     assert gptj.rotary_dim <= gptj.n_embd // gptj.n_head
     mamba = tiny.tiny_config("mamba")
     assert mamba.intermediate_size == mamba.expand * mamba.hidden_size
+    longcat = tiny.tiny_config("longcat_flash")
+    assert longcat.head_dim == longcat.qk_rope_head_dim
+    zamba = tiny.tiny_config("zamba")  # the shared attention reads hidden state and embeddings side by side
+    assert zamba.attention_hidden_size == 2 * zamba.hidden_size
+    assert zamba.attention_head_dim * zamba.num_attention_heads == zamba.attention_hidden_size
     # code paths keep the default's values
     for model_type in ("gemma2", "mistral", "phi3"):
         default, shrunk = _default(model_type), tiny.tiny_config(model_type)
@@ -139,3 +145,12 @@ def test_architectures_cover_every_kind_once_per_model_type():
     others = {a.model_type for a in archs if a.kind != "encoder"}
     assert not any(a.model_type in others for a in archs if a.kind == "encoder")
     assert tiny.steps(next(a for a in archs if a.model_type == "llama" and a.kind == "causal")) == ("prefill", "decode")
+
+
+def test_reasons_are_one_honest_line():
+    assert tiny._reason(ImportError("FooModel requires the timm library but it was not found")) == "needs timm"
+    missing = AttributeError("'DbrxAttentionConfig' object has no attribute 'rope_theta'")
+    assert tiny._reason(missing) == "default config incomplete: DbrxAttentionConfig has no rope_theta"
+    assert tiny._reason(RuntimeError("one\ntwo")) == "RuntimeError: one"
+    wrong_class = AttributeError("'PixtralVisionConfig' object has no attribute 'vision_config'")
+    assert tiny._reason(wrong_class).startswith("AttributeError: ")
