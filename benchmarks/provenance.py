@@ -2,8 +2,8 @@
 
     python benchmarks/provenance.py        # prints {"commit": ..., "dirty": ...} (run_all.sh puts it in run_all.json)
 
-Every results file records this (coverage-*.json, sweep-*.json, overhead.json and startup.json in their "meta",
-run_all.json at its top level); benchmarks/report.py shows it beside each file's numbers.
+Every results file records this in its "meta" (coverage-*.json, sweep-*.json, overhead.json, startup.json,
+run_all.json); benchmarks/report.py shows it beside each file's numbers.
 """
 
 from __future__ import annotations

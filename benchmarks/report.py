@@ -55,7 +55,7 @@ def provenance_section(files: list) -> list:
     lines = ["| results file | measured | code |", "| --- | --- | --- |"]
     for path in files:
         data = json.loads(path.read_text())
-        record = data.get("meta", data)  # run_all.json has no meta: its fields are at the top
+        record = data["meta"]
         lines.append(f"| `benchmarks/results/{path.name}` | {record.get('date', '?')} | {measured_at(record)} |")
     return lines + [""]
 
@@ -435,9 +435,10 @@ def main(argv=None) -> None:
              "venvs under /tmp, coverage, sweep, overhead, this page)."]
     if run_all.exists():
         timing = json.loads(run_all.read_text())
-        lines += [f"Its last run took **{timing['seconds'] / 60:.1f} min** on {timing.get('machine', '2 cores')} "
-                  f"({timing.get('date', '')}, {measured_at(timing)}): " + ", ".join(f"{k} {v / 60:.1f} min"
-                                                             for k, v in timing.get("steps", {}).items()) + "."]
+        meta = timing["meta"]
+        lines += [f"Its last run took **{meta['seconds'] / 60:.1f} min** on {meta.get('machine', '2 cores')} "
+                  f"({meta.get('date', '')}, {measured_at(meta)}): " + ", ".join(f"{k} {v / 60:.1f} min"
+                                                           for k, v in timing.get("steps", {}).items()) + "."]
     steps = {}
     if coverage:
         steps["coverage (both venvs side by side)"] = max(d["meta"]["seconds"] for d in coverage)

@@ -78,7 +78,7 @@ step startup .venv/bin/python benchmarks/startup.py --repeat 40
 
 total=$(( $(date +%s) - start ))
 {
-    printf '{"seconds": %d, "date": "%s", "machine": "%s cpus", %s, "steps": {' "$total" "$(date -Iseconds)" "$(nproc)" "$CODE"
+    printf '{"meta": {"seconds": %d, "date": "%s", "machine": "%s cpus", %s}, "steps": {' "$total" "$(date -Iseconds)" "$(nproc)" "$CODE"
     sep=""
     for k in "${!steps[@]}"; do printf '%s"%s": %d' "$sep" "$k" "${steps[$k]}"; sep=", "; done
     printf '}}\n'
