@@ -57,6 +57,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import catalogue  # noqa: E402
+from _child import first_line  # noqa: E402  (the harness's one-line error, as sweep_arch reports it)
 
 KINDS = ("causal", "seq2seq", "vlm", "speech", "encoder")
 
@@ -673,12 +674,6 @@ def tiny_config(model_type: str):
 # ---------------------------------------------------------------------------------------------------------------
 # building
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {line}"[:240]
 
 
 def _reason(exc: BaseException) -> str:
