@@ -215,6 +215,19 @@ PATCHES = (
         "them a cache flattens in that order under those paths, else keys and values would be wired to each "
         "other's names (wrong numbers, silently). DynamoExporter and plain torch.export keep the agent's layout.",
     ),
+    PatchSpec(
+        id="transformers.exporters.sliding_layers_as_eager",
+        family="transformers",
+        trigger="transformers.exporters.exporter_dynamo",
+        target="apply_patches",
+        mode="install",
+        replacement="autopatch.patches.transformers_exporters_sliding:install_sliding_layers_as_eager",
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        reason="transformers' exporters trace a sliding-window layer as a full one, so their program reads the keys "
+        "it is given as every token seen: a cache filled past its window (as eager leaves it) gives wrong numbers, "
+        "silently. Where the agent's sliding rows are in place, those three stand-ins are withheld for the export: "
+        "the program takes and returns eager's caches, right in every regime.",
+    ),
     # Sliding-window layers: one program for every past length, inside the window, crossing it and beyond it.
     PatchSpec(
         id="transformers.cache.sliding_update",
@@ -900,8 +913,7 @@ PATCHES = (
             "message before the check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
             "constant'). Rewritten from the source: the message is a lambda, formatted only on failure.",
         )
-        # PaliGemma's 5.12+ program answers wrong with and without any patch (README, known limits): no row.
-        for model, owner in PLACEHOLDER_MASK_MODELS if model != "paligemma"
+        for model, owner in PLACEHOLDER_MASK_MODELS
     ),
     *(
         PatchSpec(

@@ -20,10 +20,10 @@ ROW = "transformers.exporters.flat_graph_layout"
 TARGET = str(REPO / "tests" / "hf_exporter_target.py")
 
 
-def _run(arch, exporter, selection):
+def _run(arch, exporter, selection, window=""):
     import subprocess
 
-    out = subprocess.run([sys.executable, TARGET, arch, exporter], env=clean_env(EXPORT_PATCHES=selection),
+    out = subprocess.run([sys.executable, TARGET, arch, exporter, window], env=clean_env(EXPORT_PATCHES=selection),
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -55,6 +55,55 @@ def test_onnx_exporter_gives_wrong_numbers_without_the_row():
     pytest.importorskip("onnxruntime", reason="OnnxExporter's runner needs onnxruntime (test extra)")
     result = _run("llama", "onnx", f"all,-{ROW}")
     assert max(result["other"]["diff"].values()) > 1e-2, result
+
+
+SLIDING_ROW = "transformers.exporters.sliding_layers_as_eager"
+
+
+@pytest.mark.parametrize("exporter", ["onnx", "dynamo"])
+@pytest.mark.parametrize("arch", ["mistral", "gemma2"])
+def test_past_the_window_matches_eager_with_the_agent_on(arch, exporter):
+    """A window of 4, every past (5 traced, 7 run) beyond it: eager's sliding layers hold their last 3 tokens.
+    Mistral (every layer sliding: the count comes from the attention mask) and Gemma2 (sliding beside full
+    layers): every leaf equal to eager's, caches included, at the traced and at other sizes."""
+    pytest.importorskip(RUNTIME[exporter], reason=f"{exporter} exporter's runner needs {RUNTIME[exporter]}")
+    result = _run(arch, exporter, "1", window="4")
+    for sizes in ("traced", "other"):
+        assert result[sizes]["same_structure"], result
+        assert len(result[sizes]["diff"]) == 5, result
+        assert max(result[sizes]["diff"].values()) < 1e-4, (sizes, result[sizes]["diff"])
+
+
+def test_past_the_window_gives_wrong_numbers_without_the_row():
+    """The bug the row fixes: transformers' exporters trace a sliding layer as a full one, so the program reads
+    eager's 3 kept tokens as the whole past: its logits are wrong, silently, even at the traced sizes, and its
+    caches keep every token (with the agent off, DynamoExporter refuses other sizes; OnnxExporter answers as
+    wrong)."""
+    result = _run("mistral", "dynamo", f"all,-{SLIDING_ROW}", window="4")
+    for sizes in ("traced", "other"):
+        assert result[sizes]["diff"]["['logits']"] > 1e-3, result
+
+
+def test_transformers_stand_ins_stay_where_the_agents_sliding_rows_are_not():
+    """Withheld only when both of the agent's sliding rows route the layer: with one deselected, transformers'
+    three stand-ins apply as they would without the agent (the agent never mixes the two conventions)."""
+    code = (
+        "import autopatch, transformers.cache_utils as c; from transformers.exporters import exporter_dynamo as d\n"
+        "inside = lambda: [getattr(c.DynamicSlidingWindowLayer, n) is getattr(c.DynamicLayer, n)"
+        " for n in ('update', 'get_mask_sizes', 'get_seq_length')]\n"
+        "with d.apply_patches('dynamo'): print(inside())\n"
+        "print(next(r.state for r in autopatch.patches() if r.spec.id == '%s'))\n" % SLIDING_ROW
+    )
+    import subprocess
+
+    for selection, stand_ins in (("1", "[False, False, False]"),
+                                 ("all,-transformers.cache.sliding_mask_sizes", "[True, True, True]")):
+        out = subprocess.run([sys.executable, "-c", code], env=clean_env(EXPORT_PATCHES=selection), cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        lines = out.stdout.strip().splitlines()
+        assert lines[-2] == stand_ins, (selection, out.stdout)
+        assert lines[-1].startswith("applied"), out.stdout
 
 
 def _decoder_cache(config_name, model_name, past=6, **extra):

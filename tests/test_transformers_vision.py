@@ -379,10 +379,26 @@ def test_each_idefics_row_is_needed_on_4x(make_agent, name):
 # --- strict=True (5.12+): the check's eagerly formatted message, and output hooks installed on a first call ------
 
 HOOKS_ROW = "transformers.output_capturing.hooks_before_trace"
+
+
+def _paligemma_padded_prefill(batch, text_len, seed):
+    """PaliGemma's prefill with its first row left-padded by one token (the others start with a text token).
+    Unpadded, its eager forward skips the all-ones mask and, Gemma's text config being bidirectional, attends both
+    ways over the text, which no traced program does (upstream; README, known limits)."""
+    inputs = vlm_zoo.prefill("paligemma", batch, text_len, seed)
+    first = torch.randint(1, vlm_zoo.IMAGE_TOKEN - 7, (batch, 1), generator=torch.Generator().manual_seed(seed))
+    first[0] = 0  # pad_token_id
+    mask = torch.ones_like(first)
+    mask[0] = 0
+    return {**inputs, "input_ids": torch.cat([first, inputs["input_ids"]], 1),
+            "attention_mask": torch.cat([mask, inputs["attention_mask"]], 1)}
+
+
 STRICT_VLMS = {"llava": (_build, _prefill), "gemma3": (_gemma3, _gemma3_prefill),
+               "paligemma": (lambda: vlm_zoo.build("paligemma"), _paligemma_padded_prefill),
                **{name: (lambda name=name: vlm_zoo.build(name),
                          lambda batch, text_len, seed, name=name: vlm_zoo.prefill(name, batch, text_len, seed))
-                  for name in vlm_zoo.NAMES if name != "paligemma"}}  # wrong in every column (README)
+                  for name in vlm_zoo.NAMES if name != "paligemma"}}
 
 
 def _strict_export(model, prefill):
