@@ -438,7 +438,9 @@ PATCHES = (
         reason="Grouped-query attention (repeat_kv's expand + reshape) makes torch guard Eq(Min(16*p + 16, "
         "32*p + 32), 16*p + 16): always true, but undecidable for torch, so a decode step exported with a named "
         "Dim for the past length fails ('Not all values of past ... satisfy the generated guard'). Drops the "
-        "Min/Max arguments the Dims' ranges show can never win, and lets torch decide again.",
+        "Min/Max arguments the Dims' ranges show can never win, and lets torch decide again; a Min/Max neither of whose "
+        "arguments always wins is taken as a symbol over its own range (GPT-2's reshape after adding position "
+        "embeddings of broadcast dims: 'Max(b1, b2) * Max(s1, s2) != Max(b1, b2)' refused every one-token step).",
     ),
     PatchSpec(
         id="torch.stop_if_static",

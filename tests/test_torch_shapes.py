@@ -452,3 +452,46 @@ def test_gqa_decode_with_named_dims_and_min_max_patch(agent, strict):
     hits = _gqa_decode(defaults, strict, runs=[(3, 9), (1, 17), (4, 2)])
     if not strict:
         assert hits > 0
+
+
+class EmbedAndProject(torch.nn.Module):
+    """GPT-2's first steps: token embeddings plus position embeddings (``position_ids`` given, as generate() gives
+    them for a padded batch: its dims are the caller's own, broadcast against the tokens'), then Conv1D's
+    ``view(-1, hidden)`` and back to ``(batch, length, out)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(32, 8), torch.nn.Embedding(64, 8)
+        self.weight = torch.nn.Parameter(torch.randn(8, 24))
+
+    def forward(self, input_ids, position_ids):
+        hidden = self.tokens(input_ids) + self.positions(position_ids)
+        out = hidden.view(-1, hidden.size(-1)) @ self.weight
+        return out.view(hidden.size()[:-1] + (24,))
+
+
+def _embed_and_project(ids):
+    """Traced with a three-token step (batch 2), run with one-token steps and other batches."""
+    model = EmbedAndProject()
+    traced = {"input_ids": torch.randint(0, 32, (2, 3)), "position_ids": torch.arange(3).expand(2, 3) + 4}
+    other = {"input_ids": torch.randint(0, 32, (3, 4)), "position_ids": torch.arange(4).expand(3, 4) + 2}
+    with patches(*ids), torch.no_grad():
+        program = torch.export.export(model, (), kwargs=traced,
+                                      dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+        for batch, length in ((4, 1), (1, 1), (3, 5)):
+            run = {"input_ids": torch.randint(0, 32, (batch, length)),
+                   "position_ids": torch.arange(length).expand(batch, length) + 7}
+            torch.testing.assert_close(program.module()(**run), model(**run))
+
+
+def test_one_token_step_after_broadcast_refused_without_min_max_patch(agent):
+    """The broadcast rows keep the dims of ``position_ids`` apart from the tokens' (``Max(b1, b2)``,
+    ``Max(s1, s2)``); the reshape back then asks ``Max(b1, b2) * Max(s1, s2) != Max(b1, b2)``, which torch
+    cannot decide over Max terms: a run-time check that refuses every one-token step."""
+    with pytest.raises(Exception, match=r"Guard failed: .*max\(.*\) \* max\(.*\) != max\("):
+        _embed_and_project(BROADCAST)
+
+
+def test_one_token_step_after_broadcast_with_min_max_patch(agent):
+    """Each Max taken as a symbol over its own range: decided as torch decides ``b * s != b`` for plain dims."""
+    _embed_and_project(BROADCAST + MIN_MAX)

@@ -289,7 +289,7 @@ def maybe_evaluate_static(original, self, expr, **kwargs):
     ranges, and torch decides the reduced expression. Ranges only narrow during a trace, so a reduction valid
     now stays valid: the program holds for every size the Dims allow, with no guard."""
     decided = original(self, expr, **kwargs)
-    if decided is not None or kwargs.get("compute_hint"):
+    if decided is not None or kwargs.get("compute_hint") or kwargs.get("unbacked_only"):
         return decided
     from torch.utils._sympy.functions import Max, Min
 
@@ -299,7 +299,40 @@ def maybe_evaluate_static(original, self, expr, **kwargs):
     given = kwargs.get("var_to_range")
     ranges = dict(given) if given is not None else self.var_to_range
     reduced = expr.xreplace({node: _winners(node, ranges) for node in nodes})
-    return None if reduced == expr else original(self, reduced, **kwargs)
+    if reduced != expr:
+        decided = original(self, reduced, **kwargs)
+        if decided is not None:
+            return decided
+    return _decided_over_opaque_min_max(original, self, reduced, ranges, kwargs)
+
+
+def _decided_over_opaque_min_max(original, shape_env, expr, ranges, kwargs):
+    """The Min/Max left in ``expr`` each taken as a symbol of its own, ranging over the Min/Max's range: a
+    verdict that holds for every value in those ranges, whatever ties them to their arguments, holds for the
+    real one. A product of two broadcast dims (``Max(b1, b2) * Max(s1, s2)`` against ``Max(b1, b2)``, from a
+    reshape after ``x + position_embeds``) is then decided the way torch decides ``b * s`` against ``b`` for plain
+    symbols, instead of becoming a run-time check that refuses a one-token step."""
+    import sympy
+    from torch.utils._sympy.functions import Max, Min
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    nodes = sorted(expr.atoms(Min, Max), key=str)
+    if not nodes:
+        return None
+    opaque, opaque_ranges = {}, {}
+    for index, node in enumerate(nodes):
+        known = {s: ranges.get(s) for s in node.free_symbols}
+        if any(r is None for r in known.values()):
+            return None
+        symbol = sympy.Symbol(f"autopatch_min_max_{index}", integer=True)
+        opaque[node] = symbol
+        opaque_ranges[symbol] = bound_sympy(node, known)
+    replaced = expr.xreplace(opaque)
+    if replaced.atoms(Min, Max):  # a Min/Max nested in a form xreplace did not reach: nothing decided
+        return None
+    decided = original(shape_env, replaced, **{**kwargs, "var_to_range": tuple({**ranges, **opaque_ranges}.items())})
+    # Only a verdict leaves here, never an expression over the opaque symbols.
+    return decided if decided is not None and not decided.free_symbols else None
 
 
 def _winners(node, ranges):
