@@ -160,6 +160,23 @@ HF_EXPORTERS = {"hf_dynamo": "dynamo", "hf_dynamo_autopatch": "dynamo", "hf_onnx
                 "hf_onnx_autopatch": "onnx"}
 
 
+def reference(column: str, model, inputs: dict):
+    """Eager's outputs for the comparison. transformers' exporters pop the output flags (``use_cache``...) from the
+    inputs and apply them to ``model.config`` for the trace (``patch_model_config``: only where the config declares
+    one, and not to sub-models' own configs: a VLM's composite config has no ``use_cache``, T5's decoder stack reads
+    its own). Their programs then return what eager returns with the flags given that way: the reference is eager
+    called exactly so, through their own function, so that the column measures the program and not that contract."""
+    if column not in HF_EXPORTERS:
+        return model(**copy.deepcopy(inputs))
+    from transformers.exporters.exporter_dynamo import patch_model_config
+    from transformers.exporters.utils import _OUTPUT_FLAGS
+
+    given = copy.deepcopy(inputs)
+    flags = {flag: given.pop(flag) for flag in _OUTPUT_FLAGS if flag in given}
+    with patch_model_config(model, flags):
+        return model(**given)
+
+
 def column_context(column: str, result: dict):
     if column in HF_EXPORTERS:
         try:
@@ -235,7 +252,7 @@ def run_case(case_name: str, column: str) -> dict:
             return result
         with torch.no_grad():  # the reference: plain eager, outside any column's context
             try:
-                expected = model(**copy.deepcopy(c))
+                expected = reference(column, model, c)
             except Exception as exc:
                 result.update(status="build_error", error="eager on C: " + first_line(exc))
                 return result

@@ -484,7 +484,10 @@ def main(argv=None) -> None:
               "| autopatch, strict=True | as autopatch, with `strict=True` (Dynamo) |",
               "| DynamoExporter, OnnxExporter | transformers' own exporters (5.x `transformers.exporters`) through "
               "their public API, `Config(dynamic=True)` (their own dynamic shapes), the result run by their own "
-              "runner (onnxruntime for ONNX); `n/a` on versions without them and for the pure-torch cases |",
+              "runner (onnxruntime for ONNX), compared with eager given the output flags (`use_cache`...) as these "
+              "exporters give them: applied to `model.config` by their own `patch_model_config`, not passed "
+              "(a VLM's composite config declares no `use_cache`, so their program returns the cache eager's "
+              "default gives); `n/a` on versions without them and for the pure-torch cases |",
               "| ... + autopatch | the same with `EXPORT_PATCHES=1` in the child's environment |", "",
               "A column measured by a later run than the others (`coverage.py --merge --columns ...`) names its "
               "own commit in the results file (`meta.column_code`).", "",
