@@ -32,21 +32,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {line}"[:300]
-
-
-def guess_dynamic_shapes(a, b):
-    """autopatch.guess_dynamic_shapes, from the checkout when the interpreter has no autopatch installed (the
-    onnx-diagnostic venv): importing the package with EXPORT_PATCHES unset activates nothing."""
-    try:
-        from autopatch.dynamic_shapes import guess_dynamic_shapes as guess
-    except ImportError:
-        sys.path.append(os.path.dirname(HERE))
-        from autopatch.dynamic_shapes import guess_dynamic_shapes as guess
-    return guess(a, b)
+# The package from the checkout when the interpreter has no autopatch installed (the onnx-diagnostic venv):
+# importing it with EXPORT_PATCHES unset activates nothing.
+try:
+    import autopatch  # noqa: F401
+except ImportError:
+    sys.path.append(os.path.dirname(HERE))
+from autopatch.dynamic_shapes import guess_dynamic_shapes  # noqa: E402
+from autopatch.models.tiny import first_line  # noqa: E402  (one error line, as the sweep reports it)
 
 
 def fit_to_signature(model, shapes):

@@ -24,20 +24,23 @@ need 6).  A regime that needs a special value is an extra case with its own name
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import sys
 from pathlib import Path
 from typing import Callable
+
+try:
+    import autopatch.models  # noqa: F401
+except ImportError:  # an interpreter without autopatch installed (onnx-diagnostic's venv): the checkout's
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+from autopatch.models.builders import (  # noqa: E402  (the package's tiny-model inputs, shared with the sweep)
+    DECODE, PADDED_DECODE, PREFILL, RECURRENT_DECODE, SEQ2SEQ_DECODE, SEQ2SEQ_FORWARD, at_own_depth, decode_inputs,
+    generate_positions, generator, left_pad, left_pads, make_model, pad_token_id_of, prefill_inputs, random_ids, rope,
+    seq2seq_decode_inputs, seq2seq_forward_inputs, transformers_module,
+)
 
 # Shared tiny sizes (hidden 64, at least 2 layers, 4 heads, 2 kv heads, vocab 128); sizes only, no code path.
 TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-
-# Sizes: prefill (batch, seq); decode (batch, past, seq).  b differs from a in every size, c differs again.
-PREFILL = [(2, 5), (3, 7), (4, 9)]
-DECODE = [(2, 6, 3), (3, 8, 2), (1, 9, 1)]
-# A padded batch has rows of its own lengths: C keeps at least two rows (one row alone is never padded).
-PADDED_DECODE = [(2, 6, 3), (3, 8, 2), (4, 9, 1)]
-RECURRENT_DECODE = [(2, 6, 1), (3, 8, 1), (4, 9, 1)]  # one token at a time, the cache position says where
 
 # The special window of the *_past_window cases: every decode set's past (6, 8, 9) and every prefill (5-9
 # tokens) is beyond it.  transformers branches in Python on "past the window or not", so the real windows (4096,
@@ -65,250 +68,6 @@ class Case:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _tf():
-    import transformers
-
-    return transformers
-
-
-def transformers_major() -> int:
-    return int(_tf().__version__.split(".")[0])
-
-
-def rope(rope_type: str, **params) -> dict:
-    """Config keywords for a RoPE variant: ``rope_parameters`` on transformers 5, ``rope_scaling`` on 4."""
-    if transformers_major() >= 5:
-        return {"rope_parameters": {"rope_type": rope_type, "rope_theta": 10000.0, **params}}
-    if rope_type == "longrope":  # phi3 on 4.x wants exactly type, short_factor and long_factor
-        return {"rope_scaling": {"type": rope_type, **params}}
-    return {"rope_scaling": {"rope_type": rope_type, "type": rope_type, **params}}
-
-
-def make_model(config_name: str, model_name: str, **kwargs):
-    import torch
-
-    tf = _tf()
-    config = getattr(tf, config_name)(**kwargs)
-    torch.manual_seed(0)
-    return getattr(tf, model_name)(config).eval(), config
-
-
-def _accepts(model, name: str) -> bool:
-    params = inspect.signature(model.forward).parameters
-    return name in params
-
-
-def _ids(g, vocab, *shape, low=3):
-    import torch
-
-    return torch.randint(low, vocab, shape, generator=g)
-
-
-def _gen(seed):
-    import torch
-
-    return torch.Generator().manual_seed(seed)
-
-
-def _vocab(config):
-    return getattr(config, "vocab_size", 128)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the config class's own layer pattern at a tiny depth
-# ---------------------------------------------------------------------------------------------------------------
-
-# A per-layer list with more kinds than this is a list of layer indices (Llama 4's moe_layers), not a pattern.
-MAX_PATTERN_KINDS = 4
-# The deepest pattern prefix the catalogue and the sweep build (Gemma 3n's activation sparsity needs 11 layers).
-MAX_DEPTH = 16
-
-
-def layer_count(config) -> int | None:
-    for key in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
-def layer_patterns(config) -> dict:
-    """The config's per-layer patterns, by attribute: lists with one entry per layer and a few kinds of entry
-    (``layer_types``, a hybrid's ``layers_block_type``, SmolLM3's ``no_rope_layers``, ...), stored or computed."""
-    depth = layer_count(config)
-    patterns = {}
-    if not depth or depth < 2:
-        return patterns
-    for name in dir(config):
-        if name.startswith("_"):
-            continue
-        try:
-            value = getattr(config, name)
-        except Exception:  # a property that needs what a default config does not have
-            continue
-        if not isinstance(value, (list, tuple)) or len(value) != depth:
-            continue
-        if not all(isinstance(item, (str, int, float, bool)) for item in value):
-            continue
-        if 1 < len(set(value)) <= MAX_PATTERN_KINDS:
-            patterns[name] = list(value)
-    return patterns
-
-
-def own_depth(config, floor: int = 2) -> int:
-    """Fewest layers (at least ``floor``) whose prefix of every per-layer pattern of ``config`` (at the class's
-    own depth) holds every kind of layer the whole pattern holds: the real model's first layers."""
-    needed = floor
-    for values in layer_patterns(config).values():
-        needed = max(needed, *(values.index(kind) + 1 for kind in set(values)))
-    return min(needed, MAX_DEPTH)
-
-
-def at_own_depth(config_class, kwargs: dict) -> dict:
-    """``kwargs`` with as many layers as the class's own pattern needs (``own_depth``), the class built at its
-    own depth to read that pattern.  A case that gives its own ``layer_types`` chose its pattern."""
-    if "layer_types" in kwargs:
-        return kwargs
-    floor = kwargs.get("num_hidden_layers", 2)
-    deep = config_class(**{k: v for k, v in kwargs.items() if k != "num_hidden_layers"})
-    return {**kwargs, "num_hidden_layers": own_depth(deep, floor)}
-
-
-def _cut_layer_lists(config, full_depth: int, depth: int) -> None:
-    """Every stored list with one entry per layer (layer_types, no_rope_layers, mlp_layer_types, ...) cut to the
-    first ``depth`` layers; computed ones (Jamba's layers_block_type) follow the layer count by themselves."""
-    for name, value in list(vars(config).items()):
-        if isinstance(value, (list, tuple)) and len(value) == full_depth and depth and depth < full_depth:
-            try:
-                setattr(config, name, type(value)(value[:depth]))
-            except Exception:
-                pass
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# left-padded batches
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def left_pads(batch: int, room: int, k: int) -> list:
-    """Pad counts per row of input set ``k``: one row unpadded (the longest, which a tokenizer pads the others
-    to), the others by amounts that differ from set to set; never more than ``room - 1`` (``room`` >= 2 tokens),
-    so that every row keeps a token of its own."""
-    unpadded = k % batch
-    return [0 if row == unpadded else 1 + (row + k) % (room - 1) for row in range(batch)]
-
-
-def _pad_id(config) -> int:
-    text = getattr(config, "text_config", None) or config
-    for owner in (text, config):
-        value = getattr(owner, "pad_token_id", None)
-        if isinstance(value, int):
-            return value
-    return 0
-
-
-def left_pad(inputs: dict, pads: list, pad_id: int) -> dict:
-    """Shifts each row of ``input_ids`` (and of ``attention_mask``) right by its pad count: pad tokens with mask 0
-    at the start, the row's last tokens dropped (plain text, after any image placeholders)."""
-    import torch
-
-    ids, mask = inputs["input_ids"], inputs["attention_mask"]
-    for row, pad in enumerate(pads):
-        if pad:
-            ids[row] = torch.cat([torch.full((pad,), pad_id, dtype=ids.dtype), ids[row, :-pad]])
-            mask[row] = torch.cat([torch.zeros(pad, dtype=mask.dtype), mask[row, :-pad]])
-    return inputs
-
-
-def generate_positions(model, inputs: dict, new_tokens: int) -> dict:
-    """``position_ids`` as ``generate()`` makes them for a padded batch (the mask's running count) when the
-    model takes them: real rows start at position 0 whatever their padding."""
-    if not _accepts(model, "position_ids"):
-        return inputs
-    mask = inputs["attention_mask"]
-    positions = mask.long().cumsum(-1) - 1
-    # the value at pad positions is generate()'s own: 1 on transformers 4, 0 on 5 (never attended)
-    positions = positions.masked_fill(mask == 0, 0 if transformers_major() >= 5 else 1)
-    inputs["position_ids"] = positions[:, -new_tokens:]
-    return inputs
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# decoder inputs
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _prefill_inputs(model, config, batch, seq, seed, pads=None):
-    import torch
-
-    g = _gen(seed)
-    inputs = {"input_ids": _ids(g, _vocab(config), batch, seq)}
-    # a mamba model's mask only matters when a batch is padded (generate() passes it then)
-    mamba = getattr(config, "model_type", "").startswith("mamba")
-    if _accepts(model, "attention_mask") and (pads is not None or not mamba):
-        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
-    if pads is not None:
-        generate_positions(model, left_pad(inputs, pads, _pad_id(config)), seq)
-    inputs["use_cache"] = False
-    return inputs
-
-
-def _find_cache(output):
-    for name in ("past_key_values", "cache_params"):
-        cache = getattr(output, name, None)
-        if cache is not None:
-            return name, cache
-    raise RuntimeError(f"the prefill returned no cache ({type(output).__name__})")
-
-
-def _hybrid_cache_class(model):
-    import sys
-
-    module = sys.modules[type(model).__module__]
-    for name in dir(module):
-        if name.endswith("HybridMambaAttentionDynamicCache"):
-            return getattr(module, name)
-    return None
-
-
-def _decode_inputs(model, config, batch, past, seq, seed, cache_position=False, pads=None):
-    """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects.  With
-    ``pads`` that prefill is left-padded (its mask and positions as generate() gives them), and the step's mask
-    is the prefill's followed by the new tokens."""
-    import torch
-
-    g = _gen(seed)
-    vocab = _vocab(config)
-    prefill = {"input_ids": _ids(g, vocab, batch, past), "use_cache": True}
-    if pads is not None:
-        prefill["attention_mask"] = torch.ones(batch, past, dtype=torch.long)
-        generate_positions(model, left_pad(prefill, pads, _pad_id(config)), past)
-    if cache_position:
-        prefill["cache_position"] = torch.arange(past)
-    hybrid = not cache_position and _hybrid_cache_class(model) is not None
-    if hybrid:
-        # transformers 4.x hybrid mamba models return no cache unless they are given an empty one
-        prefill["past_key_values"] = _hybrid_cache_class(model)(config, batch, torch.float32)
-        prefill["cache_position"] = torch.arange(past)
-    with torch.no_grad():
-        name, cache = _find_cache(model(**prefill))
-    inputs = {"input_ids": _ids(g, vocab, batch, seq), name: cache}
-    # Mamba's generate() drops the mask after the prefill (the state holds the padding already): so does its case.
-    if _accepts(model, "attention_mask") and not cache_position:
-        past_mask = prefill.get("attention_mask", torch.ones(batch, past, dtype=torch.long))
-        inputs["attention_mask"] = torch.cat([past_mask, torch.ones(batch, seq, dtype=torch.long)], dim=1)
-        if pads is not None:
-            generate_positions(model, inputs, seq)
-    if cache_position or hybrid:
-        inputs["cache_position"] = torch.arange(past, past + seq)
-        inputs["use_cache"] = True
-    return inputs
-
-
 PADDED_NOTE = ("left-padded batch, padded differently in A, B and C; position_ids from the mask as generate() makes "
                "them")
 
@@ -326,12 +85,12 @@ def decoder_case(name, config_name, model_name, kind, family="decoder", note="",
         note = "; ".join(n for n in (note, PADDED_NOTE, no_step_mask if cache_position else "") if n)
 
     def build():
-        model, cfg = make_model(config_name, model_name, **at_own_depth(getattr(_tf(), config_name), kwargs))
+        model, cfg = make_model(config_name, model_name, **at_own_depth(getattr(transformers_module(), config_name), kwargs))
         if kind == "prefill":
-            sets = [_prefill_inputs(model, cfg, *s, seed=k + 1, pads=left_pads(s[0], s[1], k) if padded else None)
+            sets = [prefill_inputs(model, cfg, *s, seed=k + 1, pads=left_pads(s[0], s[1], k) if padded else None)
                     for k, s in enumerate(sizes or PREFILL)]
         else:
-            sets = [_decode_inputs(model, cfg, *s, seed=k + 1, cache_position=cache_position,
+            sets = [decode_inputs(model, cfg, *s, seed=k + 1, cache_position=cache_position,
                                    pads=left_pads(s[0], s[1], k) if padded else None)
                     for k, s in enumerate(sizes or DECODE)]
         return (model, *sets)
@@ -492,44 +251,19 @@ SEQ2SEQ = [
 ]
 
 # (batch, source, past, seq)
-SEQ2SEQ_DECODE = [(2, 5, 3, 2), (3, 7, 4, 3), (1, 9, 6, 1)]
-SEQ2SEQ_FORWARD = [(2, 5, 4), (3, 7, 6), (4, 9, 3)]
-
-
-def _seq2seq_forward(model, config, batch, source, target, seed):
-    import torch
-
-    g = _gen(seed)
-    return {"input_ids": _ids(g, config.vocab_size, batch, source),
-            "attention_mask": torch.ones(batch, source, dtype=torch.long),
-            "decoder_input_ids": _ids(g, config.vocab_size, batch, target), "use_cache": False}
-
-
-def _seq2seq_decode(model, config, batch, source, past, seq, seed):
-    import torch
-
-    g = _gen(seed)
-    source_ids = _ids(g, config.vocab_size, batch, source)
-    with torch.no_grad():
-        prefix = _ids(g, config.vocab_size, batch, past)
-        cache = model(input_ids=source_ids, decoder_input_ids=prefix, use_cache=True).past_key_values
-    return {"input_ids": source_ids, "decoder_input_ids": _ids(g, config.vocab_size, batch, seq),
-            "past_key_values": cache}
-
-
 def _whisper_inputs(model, config, batch, past, seq, seed, decode):
     import torch
 
-    g = _gen(seed)
+    g = generator(seed)
     frames = 2 * config.max_source_positions  # whisper's encoder takes exactly this many frames
     features = torch.randn(batch, config.num_mel_bins, frames, generator=g)
     if not decode:
-        return {"input_features": features, "decoder_input_ids": _ids(g, config.vocab_size, batch, seq),
+        return {"input_features": features, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq),
                 "use_cache": False}
     with torch.no_grad():
-        prefix = _ids(g, config.vocab_size, batch, past)
+        prefix = random_ids(g, config.vocab_size, batch, past)
         cache = model(input_features=features, decoder_input_ids=prefix, use_cache=True).past_key_values
-    return {"input_features": features, "decoder_input_ids": _ids(g, config.vocab_size, batch, seq),
+    return {"input_features": features, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq),
             "past_key_values": cache}
 
 
@@ -550,11 +284,11 @@ def _seq2seq_cases():
     for name, config_name, model_name, config in SEQ2SEQ:
         def forward(config_name=config_name, model_name=model_name, config=config):
             model, cfg = make_model(config_name, model_name, **config)
-            return (model, *[_seq2seq_forward(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_FORWARD)])
+            return (model, *[seq2seq_forward_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_FORWARD)])
 
         def decode(config_name=config_name, model_name=model_name, config=config):
             model, cfg = make_model(config_name, model_name, **config)
-            return (model, *[_seq2seq_decode(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_DECODE)])
+            return (model, *[seq2seq_decode_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_DECODE)])
 
         if name in ("bart", "t5"):
             cases.append(Case(f"{name}/forward", "seq2seq", "forward", forward, needs=(config_name, model_name)))
@@ -611,11 +345,11 @@ def _encoder_cases():
         def build():
             import torch
 
-            model, cfg = make_model(config_name, model_name, **at_own_depth(getattr(_tf(), config_name), kwargs))
+            model, cfg = make_model(config_name, model_name, **at_own_depth(getattr(transformers_module(), config_name), kwargs))
             sets = []
             for i, (batch, seq) in enumerate(PREFILL):
-                g = _gen(i + 1)
-                sets.append({"input_ids": _ids(g, cfg.vocab_size, batch, seq),
+                g = generator(i + 1)
+                sets.append({"input_ids": random_ids(g, cfg.vocab_size, batch, seq),
                              "attention_mask": torch.ones(batch, seq, dtype=torch.long)})
             return (model, *sets)
 
@@ -636,7 +370,7 @@ def _encoder_cases():
 
             model, cfg = make_model(config_name, model_name, **kwargs)
             size = cfg.image_size
-            sets = [{"pixel_values": torch.randn(b, channels, size, size, generator=_gen(b))} for b in (2, 3, 4)]
+            sets = [{"pixel_values": torch.randn(b, channels, size, size, generator=generator(b))} for b in (2, 3, 4)]
             return (model, *sets)
 
         return Case(f"{name}/forward", "encoder", "forward", build, needs=(config_name, model_name),
@@ -656,7 +390,7 @@ def _encoder_cases():
 def _llava(padded=False):
     import torch
 
-    tf = _tf()
+    tf = transformers_module()
     vision = tf.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                                  image_size=16, patch_size=8, projection_dim=32)
     text = tf.LlamaConfig(**{**TINY, "vocab_size": 130})
@@ -669,8 +403,8 @@ def _llava(padded=False):
     model = tf.LlavaForConditionalGeneration(config).eval()
     sets = []
     for i, (batch, seq) in enumerate(PREFILL):
-        g = _gen(i + 1)
-        text_ids = _ids(g, 128, batch, seq)
+        g = generator(i + 1)
+        text_ids = random_ids(g, 128, batch, seq)
         ids = torch.cat([torch.full((batch, 4), image_token), text_ids], dim=1)  # 4 patches, CLS dropped
         sets.append({"input_ids": ids, "attention_mask": torch.ones_like(ids),
                      "pixel_values": torch.randn(batch, 3, 16, 16, generator=g), "use_cache": False})
@@ -683,7 +417,7 @@ def _left_padded(model, sets: list, rooms: list) -> list:
     """Prefill sets of a vision-language model left-padded: set k's rows by ``left_pads``, never more than its
     text length ``rooms[k]`` minus one, so that only text after the image placeholders is dropped and every row
     keeps its images."""
-    pad_id = _pad_id(model.config)
+    pad_id = pad_token_id_of(model.config)
     for k, (inputs, room) in enumerate(zip(sets, rooms)):
         left_pad(inputs, left_pads(inputs["input_ids"].shape[0], room, k), pad_id)
         generate_positions(model, inputs, inputs["input_ids"].shape[1])
@@ -709,7 +443,7 @@ def _torch_module(forward):
 def _randn(*shape, seed=0):
     import torch
 
-    return torch.randn(*shape, generator=_gen(seed))
+    return torch.randn(*shape, generator=generator(seed))
 
 
 def _broadcast_add():
@@ -770,7 +504,7 @@ def _kwargs_forward():
                 + kwargs["past"].sum(dim=1) * kwargs["cache"].shape[1])
 
     def inputs(batch, seq, cache, seed):
-        return {"input_ids": torch.randint(0, 10, (batch, seq), generator=_gen(seed)),
+        return {"input_ids": torch.randint(0, 10, (batch, seq), generator=generator(seed)),
                 "attention_mask": torch.ones(batch, seq), "past": _randn(batch, 3, seed=seed),
                 "cache": _randn(batch, cache, seed=seed + 1)}
 

@@ -238,7 +238,7 @@ def sweep_summary(data: dict) -> str:
 def sweep_section(sweeps: list) -> list:
     """The supported-models list: one row per architecture, per transformers version its four step verdicts."""
     lines = ["## Supported models", "",
-             "`python benchmarks/sweep.py` (`sweep.py`, `sweep_arch.py`, `tiny.py`): every architecture of "
+             "`python benchmarks/sweep.py` (`sweep.py`, `sweep_arch.py`, the package's `autopatch.models.tiny`): every architecture of "
              "transformers' auto mappings a user exports (causal LM, seq2seq LM, image-text-to-text / vision-to-seq, "
              "speech seq2seq, and encoders through their masked-LM or sequence-classification head), built from "
              "its default config shrunk to tiny sizes (sizes only: windows, layer patterns, positions, RoPE and "

@@ -42,9 +42,9 @@ STEP_ORDER = ("prefill", "forward", "decode", "loop", "strict")
 
 def list_architectures(python: str, kinds: list) -> list:
     """[(model_type, kind, class_name)] as tiny.architectures gives them, in the measured interpreter."""
-    code = ("import json, sys; sys.path.insert(0, %r); import tiny\n"
+    code = ("import json, sys; sys.path.insert(0, %r); from autopatch.models import tiny\n"
             "print(json.dumps([(a.model_type, a.kind, a.class_name) for a in tiny.architectures(%r)]))"
-            % (str(HERE), tuple(kinds)))
+            % (str(HERE.parent), tuple(kinds)))
     out = subprocess.run([python, "-c", code], env=clean_env(), capture_output=True, text=True, check=True)
     return [tuple(row) for row in json.loads(out.stdout.strip().splitlines()[-1])]
 
@@ -141,7 +141,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    import tiny
+    from autopatch.models import tiny
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", nargs="*", default=list(tiny.KINDS), choices=tiny.KINDS)

@@ -18,7 +18,7 @@ Every step gets a verdict:
 * ``ok``;
 * ``agent``: the export fails, the program fails to run, or its numbers differ from eager, with the agent on:
   ours to fix;
-* ``harness``: the sweep could not build the model or its inputs (tiny.py's fault or a missing optional package);
+* ``harness``: the sweep could not build the model or its inputs (autopatch.models.tiny's fault or a missing optional package);
 * ``upstream``: eager itself fails or is not deterministic, or the output's structure depends on the input sizes
   (a Python list per sample: no single program can return both), so no export could be right.
 """
@@ -46,7 +46,7 @@ class Verdict(Exception):
 def run(model_type: str, kind: str) -> dict:
     import torch
 
-    import tiny
+    from autopatch.models import tiny
 
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -88,7 +88,7 @@ def _timed(work) -> dict:
 
 
 def _input_sets(model, arch, step) -> list:
-    import tiny
+    from autopatch.models import tiny
 
     try:
         return [tiny.inputs(model, arch, step, k) for k in range(3)]

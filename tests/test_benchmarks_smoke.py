@@ -247,8 +247,8 @@ def test_the_padded_decode_cache_comes_from_a_padded_prefill():
     model, config = catalogue.make_model("LlamaConfig", "LlamaForCausalLM", **catalogue.TINY)
     pads = catalogue.left_pads(3, 8, 1)
     with torch.no_grad():
-        padded = catalogue._decode_inputs(model, config, 3, 8, 2, seed=2, pads=pads)
-        plain = catalogue._decode_inputs(model, config, 3, 8, 2, seed=2)
+        padded = catalogue.decode_inputs(model, config, 3, 8, 2, seed=2, pads=pads)
+        plain = catalogue.decode_inputs(model, config, 3, 8, 2, seed=2)
     padded_keys, plain_keys = padded["past_key_values"].layers[0].keys, plain["past_key_values"].layers[0].keys
     assert padded["attention_mask"].shape == (3, 10) and _left_pads(padded["attention_mask"]) == pads
     for row, pad in enumerate(pads):

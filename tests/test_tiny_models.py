@@ -1,19 +1,12 @@
-"""benchmarks/tiny.py, the sweep's tiny-model factory, on architectures its predecessor (catalogue.shrink_config)
+"""autopatch.models.tiny, the sweep's tiny-model factory, on architectures its predecessor (catalogue.shrink_config)
 failed to build: each builds within the parameter budget, its vocabulary is above every special token id of its
 config tree, its per-layer patterns keep every kind of layer the full model has, eager runs on input set 0 of
 each step, and the three input sets differ in batch and sequence."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import catalogue  # noqa: E402
-import tiny  # noqa: E402
+from autopatch.models import builders, tiny
 
 # (kind, model type): what each one used to fail on
 REPRESENTATIVES = [
@@ -52,7 +45,7 @@ def _default(model_type):
 def _kinds_of_layers(config) -> dict:
     """Each per-layer pattern of every config of the tree, as the set of kinds it holds."""
     return {(type(node).__name__, name): set(values)
-            for node in tiny._tree(config) for name, values in catalogue.layer_patterns(node).items()}
+            for node in tiny._tree(config) for name, values in builders.layer_patterns(node).items()}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,7 +1,7 @@
 """A tiny model for every architecture transformers ships (issue 16's sweep): built offline from the config class's
 own defaults, shrunk, random weights, nothing downloaded.
 
-    python benchmarks/tiny.py --check [--kinds causal vlm ...] [--only llama gemma3 ...] [--timeout 180]
+    python -m autopatch.models.tiny --check [--kinds causal vlm ...] [--only llama gemma3 ...] [--timeout 180]
 
 builds each architecture in a forked child, runs eager on input set 0 of each of its steps and prints one line per
 architecture and a count per kind.
@@ -29,7 +29,7 @@ the attention implementation, ``use_sliding_window``, flags and strings.
   pooling there still are tokens; a token count the model reads from the config (``mm_tokens_per_image``,
   ``image_seq_length``) is scaled by as much as the patch count was.
 
-Inputs (``inputs``) reuse catalogue's builders (prefill, decode from the model's own eager prefill, seq2seq,
+Inputs (``inputs``) come from ``builders`` (prefill, decode from the model's own eager prefill, seq2seq,
 left padding).  A vision-language model gets one image per sample (2, 3 and 4 samples, texts of 5, 7 and 9
 tokens) in the layout its forward's parameters name, as its processor would give it: flattened patches and
 ``image_grid_thw`` (Qwen2-VL and kin), anyres tiles and ``image_sizes`` counted by the model's own
@@ -43,7 +43,7 @@ theta or layer pattern) is in ``OVERRIDES``, each entry saying why.  The shrink 
 pinpoints scale with the tower's image size, M-RoPE sections fit the tiny head, a projector's feature layers stay
 within the tiny tower.
 
-Like catalogue.py, this module imports torch and transformers lazily.
+This module imports torch and transformers lazily.
 """
 
 from __future__ import annotations
@@ -54,10 +54,14 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from . import builders
 
-import catalogue  # noqa: E402
-from _child import first_line  # noqa: E402  (the harness's one-line error, as sweep_arch reports it)
+def first_line(exc: BaseException) -> str:
+    """An error in one line: its type and the first line of its message, at most 300 characters."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}"[:300]
+
 
 KINDS = ("causal", "seq2seq", "vlm", "speech", "encoder")
 
@@ -248,7 +252,7 @@ def _shrink_node(config, remap: dict) -> None:
     stored = _stored(config)
     per_layer = _take_per_layer_overrides(config)
     before = dict(stored)
-    full_depth = catalogue.layer_count(config)
+    full_depth = builders.layer_count(config)
     depth = max(_tiny_depth(config), _override_depth(per_layer, full_depth or 0),
                 OVERRIDES.get(getattr(config, "model_type", ""), {}).get("_depth", 0))
     shared = before.get("num_kv_shared_layers")
@@ -287,8 +291,8 @@ def _shrink_node(config, remap: dict) -> None:
 def _tiny_depth(config) -> int:
     """The first layers that hold every kind of layer of every pattern: the config's lists (``own_depth``), its
     leading-dense counts and the first index of each list of layer indices."""
-    depth = catalogue.own_depth(config)
-    full = catalogue.layer_count(config) or 0
+    depth = builders.own_depth(config)
+    full = builders.layer_count(config) or 0
     stored = _stored(config)
     for name in LEADING_LAYER_COUNTS:
         value = stored.get(name)
@@ -298,7 +302,7 @@ def _tiny_depth(config) -> int:
         indices = _layer_indices(value, full)
         if indices:
             depth = max(depth, min(indices) + 1)
-    return min(depth, catalogue.MAX_DEPTH)
+    return min(depth, builders.MAX_DEPTH)
 
 
 def _layer_indices(value, full: int) -> list:
@@ -455,7 +459,7 @@ def _clamp_feature_layers(config) -> None:
     """The vision tower's layers a multimodal config takes features from (-2, VipLLaVA's [-2, -5, -8, -11, 6]),
     brought within the tiny tower's hidden states; as many of them, so that the projector's width follows."""
     vision = _stored(config).get("vision_config")
-    depth = catalogue.layer_count(vision) if _is_config(vision) else None
+    depth = builders.layer_count(vision) if _is_config(vision) else None
     if not depth:
         return
 
@@ -505,7 +509,7 @@ def _square_at_least_one(count: float) -> int:
 
 
 def _cut_per_layer(config, full_depth: int, depth: int) -> None:
-    catalogue._cut_layer_lists(config, full_depth, depth)
+    builders.cut_layer_lists(config, full_depth, depth)
     full = full_depth
     for name, value in list(_stored(config).items()):
         indices = _layer_indices(value, full)
@@ -531,7 +535,7 @@ def _override_depth(per_layer: dict, full: int) -> int:
         firsts.setdefault(repr(sorted(per_layer[layer].items())), layer)
     plain = next((i for i in range(full) if i not in per_layer), None)
     depth = max([i + 1 for i in firsts.values()] + ([plain + 1] if plain is not None else []), default=0)
-    return min(depth, catalogue.MAX_DEPTH)
+    return min(depth, builders.MAX_DEPTH)
 
 
 def _tiny_overrides(per_layer: dict, depth: int) -> dict:
@@ -789,12 +793,12 @@ def _text_config(config):
 
 
 class _Vocab:
-    """What catalogue's builders read from a config: a vocab_size (composite configs keep theirs in a
+    """What the builders read from a config: a vocab_size (composite configs keep theirs in a
     sub-config) and the pad id."""
 
     def __init__(self, config):
         self.vocab_size = vocab_size(config)
-        self.pad_token_id = catalogue._pad_id(config)
+        self.pad_token_id = builders.pad_token_id_of(config)
         self.model_type = getattr(config, "model_type", "")
 
 
@@ -821,22 +825,22 @@ def _rows(config, batch: int) -> int:
 def _decoder_inputs(model, step: str, k: int, padded: bool) -> dict:
     config = model.config
     if step == "prefill":
-        batch, seq = catalogue.PREFILL[k]
+        batch, seq = builders.PREFILL[k]
         batch = _rows(config, batch)
-        pads = catalogue.left_pads(batch, seq, k) if padded else None
-        return _scrub(catalogue._prefill_inputs(model, _Vocab(config), batch, seq, seed=k + 1, pads=pads), config)
+        pads = builders.left_pads(batch, seq, k) if padded else None
+        return _scrub(builders.prefill_inputs(model, _Vocab(config), batch, seq, seed=k + 1, pads=pads), config)
     recurrent = _recurrent(model)
-    sizes = catalogue.RECURRENT_DECODE if recurrent else (catalogue.PADDED_DECODE if padded else catalogue.DECODE)
+    sizes = builders.RECURRENT_DECODE if recurrent else (builders.PADDED_DECODE if padded else builders.DECODE)
     batch, past, seq = sizes[k]
     batch = _rows(config, batch)
-    pads = catalogue.left_pads(batch, past, k) if padded else None
-    found = catalogue._decode_inputs(model, _config_for_decode(config), batch, past, seq, seed=k + 1,
+    pads = builders.left_pads(batch, past, k) if padded else None
+    found = builders.decode_inputs(model, _config_for_decode(config), batch, past, seq, seed=k + 1,
                                      cache_position=recurrent, pads=pads)
     return _scrub(found, config)
 
 
 def _config_for_decode(config):
-    """catalogue._decode_inputs reads the vocab from the config and gives it to a hybrid cache's constructor: the
+    """builders.decode_inputs reads the vocab from the config and gives it to a hybrid cache's constructor: the
     real config, with a vocab_size where a composite config keeps it in its text config."""
     if _is_int(getattr(config, "vocab_size", None)):
         return config
@@ -863,23 +867,23 @@ def _scrub(found: dict, config) -> dict:
 def _seq2seq_inputs(model, step: str, k: int) -> dict:
     vocab = _Vocab(model.config)
     if step == "forward":
-        return _scrub(catalogue._seq2seq_forward(model, vocab, *catalogue.SEQ2SEQ_FORWARD[k], seed=k + 1),
+        return _scrub(builders.seq2seq_forward_inputs(model, vocab, *builders.SEQ2SEQ_FORWARD[k], seed=k + 1),
                       model.config)
-    return _scrub(catalogue._seq2seq_decode(model, vocab, *catalogue.SEQ2SEQ_DECODE[k], seed=k + 1), model.config)
+    return _scrub(builders.seq2seq_decode_inputs(model, vocab, *builders.SEQ2SEQ_DECODE[k], seed=k + 1), model.config)
 
 
 def _encoder_inputs(model, k: int) -> dict:
     """Right-padded rows of different lengths, as a tokenizer pads for an encoder."""
     import torch
 
-    batch, seq = catalogue.PREFILL[k]
-    g = catalogue._gen(k + 1)
-    ids = catalogue._ids(g, vocab_size(model.config), batch, seq)
+    batch, seq = builders.PREFILL[k]
+    g = builders.generator(k + 1)
+    ids = builders.random_ids(g, vocab_size(model.config), batch, seq)
     mask = torch.ones(batch, seq, dtype=torch.long)
-    for row, pad in enumerate(catalogue.left_pads(batch, seq, k)):
+    for row, pad in enumerate(builders.left_pads(batch, seq, k)):
         if pad:
             mask[row, -pad:] = 0
-            ids[row, -pad:] = catalogue._pad_id(model.config)
+            ids[row, -pad:] = builders.pad_token_id_of(model.config)
     found = {"input_ids": ids, "attention_mask": mask}
     if "attention_mask" not in _forward_params(type(model)):
         del found["attention_mask"]  # FNet mixes tokens by Fourier transform: no mask to give
@@ -943,22 +947,22 @@ def _speech_inputs(model, step: str, k: int) -> dict:
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
-    g = catalogue._gen(k + 1)
+    g = builders.generator(k + 1)
     vocab = vocab_size(model.config)
     if step == "forward":
         batch, seq = SPEECH_FORWARD[k]
         name, audio = _audio(model, batch, k, g)
-        return _scrub({name: audio, "decoder_input_ids": catalogue._ids(g, vocab, batch, seq), "use_cache": False},
+        return _scrub({name: audio, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq), "use_cache": False},
                       model.config)
     batch, past, seq = SPEECH_DECODE[k]
     name, audio = _audio(model, batch, k, g)
     with torch.no_grad():
-        out = model(**{name: audio}, decoder_input_ids=catalogue._ids(g, vocab, batch, past), use_cache=True)
+        out = model(**{name: audio}, decoder_input_ids=builders.random_ids(g, vocab, batch, past), use_cache=True)
         # the encoder's own output type: Canary's carries the encoder's attention mask the decoder reads
         encoded = model.get_encoder()(**{name: audio})
     if not hasattr(encoded, "last_hidden_state"):
         encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
-    return _scrub({"encoder_outputs": encoded, "decoder_input_ids": catalogue._ids(g, vocab, batch, seq),
+    return _scrub({"encoder_outputs": encoded, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq),
                    "past_key_values": out.past_key_values}, model.config)
 
 
@@ -1079,7 +1083,7 @@ def _pixel_layouts(model, batch: int, g) -> list:
     if "qformer_input_ids" in _forward_params(type(model)):
         # InstructBLIP: the Q-Former reads the instruction too (its own tokenizer's ids)
         qformer = _stored(model.config).get("qformer_config")
-        ids = catalogue._ids(g, vocab_size(qformer) if _is_config(qformer) else VOCAB, batch, 4)
+        ids = builders.random_ids(g, vocab_size(qformer) if _is_config(qformer) else VOCAB, batch, 4)
         found = [{**layout, "qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
                  for layout in found]
     return found
@@ -1273,10 +1277,10 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
 
     config = model.config
     token = image_token(config)
-    batch, seq = catalogue.PREFILL[k]
-    g = catalogue._gen(k + 1)
+    batch, seq = builders.PREFILL[k]
+    g = builders.generator(k + 1)
     pixels, count = _pixel_inputs(model, batch, g, need_count=token is not None)
-    text = _scrub({"input_ids": catalogue._ids(g, vocab_size(config), batch, seq)}, config)["input_ids"]
+    text = _scrub({"input_ids": builders.random_ids(g, vocab_size(config), batch, seq)}, config)["input_ids"]
     taken = _forward_params(type(model))
     queries = getattr(config, "latent_query_num", None)
     if "image_embeds_position_mask" in taken and _is_int(queries):
@@ -1302,7 +1306,7 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
     if "decoder_input_ids" in taken and "decoder_input_ids" not in text_inputs \
             and getattr(config, "is_encoder_decoder", False):
         # an encoder-decoder reading text and image (UDOP): a short answer so far for its decoder
-        text_inputs["decoder_input_ids"] = catalogue._ids(g, vocab_size(config), batch, 3)
+        text_inputs["decoder_input_ids"] = builders.random_ids(g, vocab_size(config), batch, 3)
     found = {**text_inputs, **pixels, "use_cache": False}
     if "mm_token_type_ids" in taken and token is not None:
         found["mm_token_type_ids"] = (ids == token).long()  # which tokens are image ones (M-RoPE's positions)
@@ -1312,7 +1316,7 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
         # every text token attends to its sample's image tiles (the real ones)
         found["cross_attention_mask"] = pixels["aspect_ratio_mask"][:, None].expand(-1, ids.shape[1], -1, -1)
     if padded and "input_ids" in found:
-        catalogue._left_padded(model, [found], [seq - 1])
+        builders._left_padded(model, [found], [seq - 1])
     return found
 
 

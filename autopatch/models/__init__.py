@@ -1,0 +1,9 @@
+"""Tiny models of any transformers architecture, built offline (nothing downloaded) with random weights, and the
+input sets a user's code gives them. Serves ``autopatch validate``, the sweep, the coverage catalogue and the tests.
+
+    tiny       the architectures of transformers' auto mappings, each config class's defaults shrunk (sizes only),
+               the model built, its steps and their three input sets
+    builders   input sets: prefill, decode from the model's own eager prefill, seq2seq, left-padded batches
+
+Never imported by the agent's start-up: only on demand, by the commands and tools that build models.
+"""

@@ -1,0 +1,286 @@
+"""Input sets for tiny models, as a user's code gives them: prefill, decode from the model's own eager prefill
+(its own cache class, hybrid and state-space caches included), seq2seq forward and decode, left-padded batches with
+``position_ids`` as ``generate()`` makes them; and the config's own per-layer patterns at a tiny depth.
+
+Sizes: set ``k`` of each list; set 1 differs from set 0 in every size that should be dynamic, set 2 differs again
+(traced, used to guess dynamic shapes, compared). Imports torch and transformers lazily.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+# Sizes: prefill (batch, seq); decode (batch, past, seq).  b differs from a in every size, c differs again.
+PREFILL = [(2, 5), (3, 7), (4, 9)]
+DECODE = [(2, 6, 3), (3, 8, 2), (1, 9, 1)]
+# A padded batch has rows of its own lengths: C keeps at least two rows (one row alone is never padded).
+PADDED_DECODE = [(2, 6, 3), (3, 8, 2), (4, 9, 1)]
+RECURRENT_DECODE = [(2, 6, 1), (3, 8, 1), (4, 9, 1)]  # one token at a time, the cache position says where
+
+# helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def transformers_module():
+    import transformers
+
+    return transformers
+
+
+def transformers_major() -> int:
+    return int(transformers_module().__version__.split(".")[0])
+
+
+def rope(rope_type: str, **params) -> dict:
+    """Config keywords for a RoPE variant: ``rope_parameters`` on transformers 5, ``rope_scaling`` on 4."""
+    if transformers_major() >= 5:
+        return {"rope_parameters": {"rope_type": rope_type, "rope_theta": 10000.0, **params}}
+    if rope_type == "longrope":  # phi3 on 4.x wants exactly type, short_factor and long_factor
+        return {"rope_scaling": {"type": rope_type, **params}}
+    return {"rope_scaling": {"rope_type": rope_type, "type": rope_type, **params}}
+
+
+def make_model(config_name: str, model_name: str, **kwargs):
+    import torch
+
+    tf = transformers_module()
+    config = getattr(tf, config_name)(**kwargs)
+    torch.manual_seed(0)
+    return getattr(tf, model_name)(config).eval(), config
+
+
+def accepts(model, name: str) -> bool:
+    params = inspect.signature(model.forward).parameters
+    return name in params
+
+
+def random_ids(g, vocab, *shape, low=3):
+    import torch
+
+    return torch.randint(low, vocab, shape, generator=g)
+
+
+def generator(seed):
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+def vocab_of(config):
+    return getattr(config, "vocab_size", 128)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the config class's own layer pattern at a tiny depth
+# ---------------------------------------------------------------------------------------------------------------
+
+# A per-layer list with more kinds than this is a list of layer indices (Llama 4's moe_layers), not a pattern.
+MAX_PATTERN_KINDS = 4
+# The deepest pattern prefix the catalogue and the sweep build (Gemma 3n's activation sparsity needs 11 layers).
+MAX_DEPTH = 16
+
+
+def layer_count(config) -> int | None:
+    for key in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def layer_patterns(config) -> dict:
+    """The config's per-layer patterns, by attribute: lists with one entry per layer and a few kinds of entry
+    (``layer_types``, a hybrid's ``layers_block_type``, SmolLM3's ``no_rope_layers``, ...), stored or computed."""
+    depth = layer_count(config)
+    patterns = {}
+    if not depth or depth < 2:
+        return patterns
+    for name in dir(config):
+        if name.startswith("_"):
+            continue
+        try:
+            value = getattr(config, name)
+        except Exception:  # a property that needs what a default config does not have
+            continue
+        if not isinstance(value, (list, tuple)) or len(value) != depth:
+            continue
+        if not all(isinstance(item, (str, int, float, bool)) for item in value):
+            continue
+        if 1 < len(set(value)) <= MAX_PATTERN_KINDS:
+            patterns[name] = list(value)
+    return patterns
+
+
+def own_depth(config, floor: int = 2) -> int:
+    """Fewest layers (at least ``floor``) whose prefix of every per-layer pattern of ``config`` (at the class's
+    own depth) holds every kind of layer the whole pattern holds: the real model's first layers."""
+    needed = floor
+    for values in layer_patterns(config).values():
+        needed = max(needed, *(values.index(kind) + 1 for kind in set(values)))
+    return min(needed, MAX_DEPTH)
+
+
+def at_own_depth(config_class, kwargs: dict) -> dict:
+    """``kwargs`` with as many layers as the class's own pattern needs (``own_depth``), the class built at its
+    own depth to read that pattern.  A case that gives its own ``layer_types`` chose its pattern."""
+    if "layer_types" in kwargs:
+        return kwargs
+    floor = kwargs.get("num_hidden_layers", 2)
+    deep = config_class(**{k: v for k, v in kwargs.items() if k != "num_hidden_layers"})
+    return {**kwargs, "num_hidden_layers": own_depth(deep, floor)}
+
+
+def cut_layer_lists(config, full_depth: int, depth: int) -> None:
+    """Every stored list with one entry per layer (layer_types, no_rope_layers, mlp_layer_types, ...) cut to the
+    first ``depth`` layers; computed ones (Jamba's layers_block_type) follow the layer count by themselves."""
+    for name, value in list(vars(config).items()):
+        if isinstance(value, (list, tuple)) and len(value) == full_depth and depth and depth < full_depth:
+            try:
+                setattr(config, name, type(value)(value[:depth]))
+            except Exception:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# left-padded batches
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def left_pads(batch: int, room: int, k: int) -> list:
+    """Pad counts per row of input set ``k``: one row unpadded (the longest, which a tokenizer pads the others
+    to), the others by amounts that differ from set to set; never more than ``room - 1`` (``room`` >= 2 tokens),
+    so that every row keeps a token of its own."""
+    unpadded = k % batch
+    return [0 if row == unpadded else 1 + (row + k) % (room - 1) for row in range(batch)]
+
+
+def pad_token_id_of(config) -> int:
+    text = getattr(config, "text_config", None) or config
+    for owner in (text, config):
+        value = getattr(owner, "pad_token_id", None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def left_pad(inputs: dict, pads: list, pad_token: int) -> dict:
+    """Shifts each row of ``input_ids`` (and of ``attention_mask``) right by its pad count: pad tokens with mask 0
+    at the start, the row's last tokens dropped (plain text, after any image placeholders)."""
+    import torch
+
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    for row, pad in enumerate(pads):
+        if pad:
+            ids[row] = torch.cat([torch.full((pad,), pad_token, dtype=ids.dtype), ids[row, :-pad]])
+            mask[row] = torch.cat([torch.zeros(pad, dtype=mask.dtype), mask[row, :-pad]])
+    return inputs
+
+
+def generate_positions(model, inputs: dict, new_tokens: int) -> dict:
+    """``position_ids`` as ``generate()`` makes them for a padded batch (the mask's running count) when the
+    model takes them: real rows start at position 0 whatever their padding."""
+    if not accepts(model, "position_ids"):
+        return inputs
+    mask = inputs["attention_mask"]
+    positions = mask.long().cumsum(-1) - 1
+    # the value at pad positions is generate()'s own: 1 on transformers 4, 0 on 5 (never attended)
+    positions = positions.masked_fill(mask == 0, 0 if transformers_major() >= 5 else 1)
+    inputs["position_ids"] = positions[:, -new_tokens:]
+    return inputs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# decoder inputs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def prefill_inputs(model, config, batch, seq, seed, pads=None):
+    import torch
+
+    g = generator(seed)
+    inputs = {"input_ids": random_ids(g, vocab_of(config), batch, seq)}
+    # a mamba model's mask only matters when a batch is padded (generate() passes it then)
+    mamba = getattr(config, "model_type", "").startswith("mamba")
+    if accepts(model, "attention_mask") and (pads is not None or not mamba):
+        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long)
+    if pads is not None:
+        generate_positions(model, left_pad(inputs, pads, pad_token_id_of(config)), seq)
+    inputs["use_cache"] = False
+    return inputs
+
+
+def find_cache(output):
+    for name in ("past_key_values", "cache_params"):
+        cache = getattr(output, name, None)
+        if cache is not None:
+            return name, cache
+    raise RuntimeError(f"the prefill returned no cache ({type(output).__name__})")
+
+
+def hybrid_cache_class(model):
+    import sys
+
+    module = sys.modules[type(model).__module__]
+    for name in dir(module):
+        if name.endswith("HybridMambaAttentionDynamicCache"):
+            return getattr(module, name)
+    return None
+
+
+def decode_inputs(model, config, batch, past, seq, seed, cache_position=False, pads=None):
+    """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects.  With
+    ``pads`` that prefill is left-padded (its mask and positions as generate() gives them), and the step's mask
+    is the prefill's followed by the new tokens."""
+    import torch
+
+    g = generator(seed)
+    vocab = vocab_of(config)
+    prefill = {"input_ids": random_ids(g, vocab, batch, past), "use_cache": True}
+    if pads is not None:
+        prefill["attention_mask"] = torch.ones(batch, past, dtype=torch.long)
+        generate_positions(model, left_pad(prefill, pads, pad_token_id_of(config)), past)
+    if cache_position:
+        prefill["cache_position"] = torch.arange(past)
+    hybrid = not cache_position and hybrid_cache_class(model) is not None
+    if hybrid:
+        # transformers 4.x hybrid mamba models return no cache unless they are given an empty one
+        prefill["past_key_values"] = hybrid_cache_class(model)(config, batch, torch.float32)
+        prefill["cache_position"] = torch.arange(past)
+    with torch.no_grad():
+        name, cache = find_cache(model(**prefill))
+    inputs = {"input_ids": random_ids(g, vocab, batch, seq), name: cache}
+    # Mamba's generate() drops the mask after the prefill (the state holds the padding already): so does its case.
+    if accepts(model, "attention_mask") and not cache_position:
+        past_mask = prefill.get("attention_mask", torch.ones(batch, past, dtype=torch.long))
+        inputs["attention_mask"] = torch.cat([past_mask, torch.ones(batch, seq, dtype=torch.long)], dim=1)
+        if pads is not None:
+            generate_positions(model, inputs, seq)
+    if cache_position or hybrid:
+        inputs["cache_position"] = torch.arange(past, past + seq)
+        inputs["use_cache"] = True
+    return inputs
+
+
+SEQ2SEQ_DECODE = [(2, 5, 3, 2), (3, 7, 4, 3), (1, 9, 6, 1)]
+SEQ2SEQ_FORWARD = [(2, 5, 4), (3, 7, 6), (4, 9, 3)]
+
+
+def seq2seq_forward_inputs(model, config, batch, source, target, seed):
+    import torch
+
+    g = generator(seed)
+    return {"input_ids": random_ids(g, config.vocab_size, batch, source),
+            "attention_mask": torch.ones(batch, source, dtype=torch.long),
+            "decoder_input_ids": random_ids(g, config.vocab_size, batch, target), "use_cache": False}
+
+
+def seq2seq_decode_inputs(model, config, batch, source, past, seq, seed):
+    import torch
+
+    g = generator(seed)
+    source_ids = random_ids(g, config.vocab_size, batch, source)
+    with torch.no_grad():
+        prefix = random_ids(g, config.vocab_size, batch, past)
+        cache = model(input_ids=source_ids, decoder_input_ids=prefix, use_cache=True).past_key_values
+    return {"input_ids": source_ids, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq),
+            "past_key_values": cache}
