@@ -1,4 +1,4 @@
-"""The `autopatch` command: status, diff, run, sitecustomize-path, --version.
+"""The `autopatch` command: status, diff, run, validate, sitecustomize-path, --version.
 
 Text goes through ``terminal.Output`` (the terminal's width, color only on a terminal, no color under
 NO_COLOR); ``--json`` is the complete, machine-readable form and is never cut, folded or colored.
@@ -99,6 +99,22 @@ def _parser() -> argparse.ArgumentParser:
                       help="rst: a reStructuredText page of every matching patch (never folded or colored)")
     _add_output_options(diff, "each matching patch with its header and body")
     sub.add_parser("sitecustomize-path", help="print the directory to put on PYTHONPATH for the sitecustomize door")
+    va = sub.add_parser("validate", help="one model end to end: torch.export (and ONNX + onnxruntime) against eager "
+                                         "at other sizes")
+    source = va.add_mutually_exclusive_group(required=True)
+    source.add_argument("--arch", metavar="MODEL_TYPE", help="a transformers architecture built tiny, offline (llama)")
+    source.add_argument("--model", metavar="DIR", help="a local config or checkpoint directory (nothing is downloaded)")
+    source.add_argument("--builder", metavar="MODULE:CALLABLE", help="returns (model, inputs_a, inputs_b)")
+    va.add_argument("--kind", help="which head of --arch: causal, seq2seq, vlm, speech, encoder (default: the whole "
+                                   "model, e.g. a VLM's conditional generation)")
+    va.add_argument("--step", help="prefill, decode, forward (default: decode where the model has it)")
+    va.add_argument("--onnx", action="store_true", help="also torch.onnx.export(dynamo=True) and onnxruntime")
+    va.add_argument("--strict", action="store_true", help="torch.export with strict=True (Dynamo)")
+    va.add_argument("--padded", action="store_true", help="left-padded batches, as generate() gives them")
+    va.add_argument("--patches", metavar="SPEC", help="selection (default: $EXPORT_PATCHES, else 1; none: no patches)")
+    va.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
+    va.add_argument("--json", action="store_true", help="machine-readable: the whole report")
+    va.add_argument("-v", "--verbose", action="store_true", help="a progress line per stage, every leaf's error")
     return parser
 
 
@@ -122,6 +138,8 @@ def _main(argv) -> int:
         return _run(args)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "validate":
+        return _validate(args)
     print(doors.sitecustomize_dir() or "")
     return 0
 
@@ -223,3 +241,23 @@ def _run(args) -> int:
     # exec: the program takes this process over, so its exit code, signals and stdin are the user's own.
     os.execve(executable, program, env)
     return 0  # not reached
+
+
+def _validate(args) -> int:
+    from . import validate as validation
+    from .validate_text import render
+
+    progress = (lambda text: print(f"autopatch validate: {text}", file=sys.stderr, flush=True)) if args.verbose \
+        else None
+    try:
+        report = validation.validate(arch=args.arch, step=args.step, model=args.model, builder=args.builder,
+                                     kind=args.kind, onnx=args.onnx, strict=args.strict, padded=args.padded, patches=args.patches,
+                                     tolerance=args.tolerance, progress=progress)
+    except validation.BadInput as exc:
+        print(f"autopatch validate: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        sys.stdout.write(render(report, Output(sys.stdout), every_leaf=args.verbose))
+    return 0 if report["ok"] else 1

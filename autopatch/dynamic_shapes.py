@@ -47,3 +47,19 @@ def _rebuild(spec, shapes):
     if spec.type is tuple:
         return tuple(children)
     return list(children)
+
+
+def fit_to_signature(model, shapes):
+    """torch.export wants dynamic_shapes keyed like forward's parameters: keyword inputs that forward takes
+    through ``**kwargs`` go under that parameter's name."""
+    import inspect
+
+    if not isinstance(shapes, dict):
+        return shapes
+    params = inspect.signature(model.forward).parameters
+    var_kw = next((p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    if var_kw is None or all(k in params for k in shapes):
+        return shapes
+    named = {k: v for k, v in shapes.items() if k in params}
+    named[var_kw] = {k: v for k, v in shapes.items() if k not in params}
+    return named

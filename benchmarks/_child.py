@@ -38,24 +38,8 @@ try:
     import autopatch  # noqa: F401
 except ImportError:
     sys.path.append(os.path.dirname(HERE))
-from autopatch.dynamic_shapes import guess_dynamic_shapes  # noqa: E402
+from autopatch.dynamic_shapes import fit_to_signature, guess_dynamic_shapes  # noqa: E402
 from autopatch.models.tiny import first_line  # noqa: E402  (one error line, as the sweep reports it)
-
-
-def fit_to_signature(model, shapes):
-    """torch.export wants dynamic_shapes keyed like forward's parameters: keyword inputs that forward takes
-    through ``**kwargs`` go under that parameter's name."""
-    import inspect
-
-    if not isinstance(shapes, dict):
-        return shapes
-    params = inspect.signature(model.forward).parameters
-    var_kw = next((p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None)
-    if var_kw is None or all(k in params for k in shapes):
-        return shapes
-    named = {k: v for k, v in shapes.items() if k in params}
-    named[var_kw] = {k: v for k, v in shapes.items() if k not in params}
-    return named
 
 
 # Paths deeper than this are not model outputs (a cache holds layers, a layer holds dicts of states).

@@ -1,0 +1,378 @@
+"""``autopatch validate``: one model, end to end, against eager at other sizes.
+
+Stages, each timed, each with a verdict; a failed stage ends the run and names its first error line and the
+innermost frame of model or user code it came from:
+
+    build        the model and three input sets: A (traced), B (other sizes: guesses the dynamic shapes, then
+                 compared), C (other sizes again, compared)
+    export       torch.export.export from A (strict or not), dynamic shapes guessed from A and B unless given;
+                 then every dim that differs between A and B must still be symbolic in the program's inputs
+    run          the program on B and C, every output leaf against eager's (max abs and relative error, by path)
+    onnx         (--onnx) torch.onnx.export(dynamo=True) of the same model and shapes, saved: size, node count
+    onnxruntime  (--onnx) the ONNX model on B and C, through onnxruntime's CPU provider, against eager
+
+The model comes from one of three sources: an architecture built tiny offline (``autopatch.models.tiny``), a local
+config or checkpoint directory (nothing is downloaded), or a user's ``module:callable`` returning ``(model,
+inputs_a, inputs_b)`` (then A is traced, B guesses the shapes and is compared). The patches are the agent's
+selection (``EXPORT_PATCHES``, else ``1``); ``patches="none"`` validates without any.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+import time
+import traceback
+
+from .models.tiny import first_line
+
+#: Each output leaf must be within this of eager's, absolute and relative (``torch.allclose``).
+TOLERANCE = 1e-4
+STAGES = ("build", "export", "run", "onnx", "onnxruntime")
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+
+
+class BadInput(ValueError):
+    """What the user asked for does not exist: one line naming it and the valid choices (exit code 2)."""
+
+
+class StageFailed(Exception):
+    def __init__(self, message: str, location: str = ""):
+        super().__init__(message)
+        self.location = location
+
+
+def validate(arch: str | None = None, step: str | None = None, model: str | None = None,
+             builder: str | None = None, kind: str | None = None, onnx: bool = False, strict: bool = False, padded: bool = False,
+             patches: str | None = None, tolerance: float = TOLERANCE, progress=None) -> dict:
+    """Validates one model; returns the report ``autopatch validate --json`` prints. Raises ``BadInput``."""
+    sources = [s for s in (arch, model, builder) if s]
+    if len(sources) != 1:
+        raise BadInput("give exactly one model source: --arch NAME, --model DIR or --builder MODULE:CALLABLE")
+    if onnx:
+        _require_onnx()
+    selection = _activate(patches)
+    say = progress or (lambda text: None)
+    report = {"source": {"arch": arch, "model": model, "builder": builder}, "step": step, "strict": strict,
+              "onnx": onnx, "patches_selected": selection, "tolerance": tolerance, "stages": [], "ok": False}
+    state: dict = {}
+    plan = [("build", lambda: _build(arch, kind, model, builder, step, padded, state, report))]
+    plan += [("export", lambda: _export(state, strict)), ("run", lambda: _run(state, tolerance))]
+    if onnx:
+        plan += [("onnx", lambda: _onnx(state)), ("onnxruntime", lambda: _onnxruntime(state, tolerance))]
+    for name, work in plan:
+        say(f"{name}...")
+        entry = {"stage": name, "ok": False}
+        started = time.perf_counter()
+        try:
+            entry.update(work())
+            entry["ok"] = True
+        except BadInput:
+            raise
+        except StageFailed as exc:
+            entry.update(error=str(exc), location=exc.location)
+        except Exception as exc:  # noqa: BLE001 - the stage's failure is the report, not a crash
+            entry.update(error=first_line(exc), location=_location(exc))
+        entry["seconds"] = round(time.perf_counter() - started, 3)
+        report["stages"].append(entry)
+        if not entry["ok"]:
+            break
+    report["patches_used"] = state.get("hits", {})
+    report["ok"] = len(report["stages"]) == len(plan) and all(s["ok"] for s in report["stages"])
+    return report
+
+
+# --- inputs of the user's choosing --------------------------------------------------------------------------
+
+
+def _require_onnx() -> None:
+    import importlib.util
+
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BadInput(f"--onnx needs {', '.join(missing)}: pip install 'autopatch[onnx]'")
+
+
+def _activate(patches: str | None) -> str:
+    import autopatch
+
+    text = patches if patches is not None else (os.environ.get("EXPORT_PATCHES", "").strip() or "1")
+    if text.lower() in ("none", "0", "off"):
+        autopatch.disable()
+        return "none"
+    autopatch.enable(text)
+    return text
+
+
+def _build(arch, kind, model_dir, builder, step, padded, state, report) -> dict:
+    if builder:
+        model, a, b = _from_builder(builder)
+        state.update(model=model, a=a, b=b, others=[b])
+        report["step"] = step or "forward"
+        return {"detail": f"{type(model).__name__} from {builder}", "params": _params(model)}
+    from .models import tiny
+
+    found = _arch(arch, kind) if arch else _arch_of_directory(model_dir)
+    steps = tiny.steps(found)
+    chosen = step or ("decode" if "decode" in steps else steps[0])
+    if chosen not in steps:
+        raise BadInput(f"{found.model_type} ({found.kind}) has no step {chosen!r}; valid: {', '.join(steps)}")
+    report["step"] = chosen
+    model = tiny.build(found) if arch else _load_directory(model_dir, found)
+    a, b, c = (tiny.inputs(model, found, chosen, k, padded=padded) for k in range(3))
+    state.update(model=model, a=a, b=b, others=[b, c])
+    return {"detail": f"{type(model).__name__} ({found.kind}, {chosen})", "params": _params(model)}
+
+
+#: Where a model type has several heads, the one ``--arch`` means unless ``kind`` says: the whole model (a VLM's
+#: conditional generation rather than its text-only causal LM, Whisper's speech seq2seq rather than its decoder).
+KIND_PREFERENCE = ("vlm", "speech", "seq2seq", "causal", "encoder")
+
+
+def _arch(name: str, kind: str | None = None):
+    import difflib
+
+    from .models import tiny
+
+    archs = tiny.architectures()
+    if kind is not None and kind not in tiny.KINDS:
+        raise BadInput(f"unknown kind {kind!r}; valid: {', '.join(tiny.KINDS)}")
+    ours = sorted((a for a in archs if a.model_type == name and kind in (None, a.kind)),
+                  key=lambda a: KIND_PREFERENCE.index(a.kind))
+    found = ours[0] if ours else None
+    if found is None and kind is not None and any(a.model_type == name for a in archs):
+        kinds = sorted({a.kind for a in archs if a.model_type == name})
+        raise BadInput(f"{name} has no {kind} head; valid kinds: {', '.join(kinds)}")
+    if found is None:
+        names = sorted({a.model_type for a in archs})
+        close = difflib.get_close_matches(name, names, n=5)
+        hint = f"did you mean {', '.join(close)}?" if close else f"valid: {len(names)} model types, e.g. " \
+                                                                 f"{', '.join(names[:8])} (autopatch.models.tiny)"
+        raise BadInput(f"unknown architecture {name!r}; {hint}")
+    return found
+
+
+def _arch_of_directory(path: str):
+    from .models import tiny
+
+    if not os.path.isdir(path) or not os.path.exists(os.path.join(path, "config.json")):
+        raise BadInput(f"--model {path!r}: not a directory with a config.json (nothing is downloaded)")
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    wanted = (getattr(config, "architectures", None) or [None])[0]
+    archs = [a for a in tiny.architectures() if a.model_type == config.model_type]
+    found = next((a for a in archs if a.class_name == wanted), archs[0] if archs else None)
+    if found is None:
+        raise BadInput(f"--model {path!r}: model type {config.model_type!r} is not in transformers' auto mappings")
+    return found
+
+
+def _load_directory(path: str, arch):
+    """Weights when the directory has them, else the config's own sizes with random weights."""
+    import torch
+    import transformers
+    from transformers import AutoConfig
+
+    klass = getattr(transformers, arch.class_name)
+    has_weights = any(name.endswith((".safetensors", ".bin")) for name in os.listdir(path))
+    if has_weights:
+        model = klass.from_pretrained(path, local_files_only=True)
+    else:
+        torch.manual_seed(0)
+        model = klass(AutoConfig.from_pretrained(path, local_files_only=True))
+    return model.to(torch.float32).eval()
+
+
+def _from_builder(spec: str):
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise BadInput(f"--builder {spec!r}: expected MODULE:CALLABLE returning (model, inputs_a, inputs_b)")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"--builder {spec!r}: {first_line(exc)}") from None
+    built = function()
+    if not (isinstance(built, tuple) and len(built) == 3 and all(isinstance(x, dict) for x in built[1:])):
+        raise StageFailed(f"{spec} must return (model, inputs_a, inputs_b), the inputs as keyword dicts")
+    return built
+
+
+def _params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# --- the stages -------------------------------------------------------------------------------------------------
+
+
+def _export(state, strict: bool) -> dict:
+    import torch
+
+    import autopatch
+
+    from .dynamic_shapes import fit_to_signature, guess_dynamic_shapes
+
+    model, a, b = state["model"], state["a"], state["b"]
+    shapes = fit_to_signature(model, guess_dynamic_shapes(a, b))
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes, strict=strict)
+    report = autopatch.last_export_report() or {}
+    state.update(program=program, shapes=shapes, hits=dict(report.get("patches") or {}))
+    specialized, dynamic = _specialized_dims(program, a, b)
+    if specialized:
+        raise StageFailed("dims requested dynamic were specialized: " + ", ".join(specialized))
+    return {"detail": f"torch.export ({'strict' if strict else 'non-strict'}), {dynamic} dynamic dims still "
+                      "symbolic", "dynamic_dims": dynamic}
+
+
+def _specialized_dims(program, a, b) -> tuple:
+    """The dims that differ between A and B (so requested dynamic) that the program's input is not symbolic in,
+    by path, and how many dims were requested dynamic."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    paths_a, _ = torch.utils._pytree.tree_flatten_with_path(a)
+    leaves_b = torch.utils._pytree.tree_leaves(b)
+    users = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    nodes = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    found, dynamic = [], 0
+    for (path, leaf_a), leaf_b, name in zip(paths_a, leaves_b, users):
+        if not isinstance(leaf_a, torch.Tensor) or not isinstance(leaf_b, torch.Tensor):
+            continue
+        traced = nodes[name].meta.get("val")
+        for dim, (size_a, size_b) in enumerate(zip(leaf_a.shape, leaf_b.shape)):
+            if size_a == size_b or traced is None:
+                continue
+            dynamic += 1
+            if not isinstance(traced.shape[dim], torch.SymInt) or traced.shape[dim].node.maybe_as_int() is not None:
+                found.append(f"{_dotted(path)}.shape[{dim}]")
+    return found, dynamic
+
+
+def _run(state, tolerance: float) -> dict:
+    import torch
+
+    runner = state["program"].module()
+    leaves: dict = {}
+    for k, inputs in enumerate(state["others"]):
+        with torch.no_grad():
+            expected = state["model"](**copy.deepcopy(inputs))
+            got = runner(**copy.deepcopy(inputs))
+        _compare(_paths(got), _paths(expected), tolerance, f"set {'BC'[k]}", leaves)
+    state["expected"] = leaves
+    return _summary(leaves, len(state["others"]))
+
+
+def _onnx(state) -> dict:
+    import onnx
+    import torch
+
+    directory = tempfile.mkdtemp(prefix="autopatch-validate-")
+    path = os.path.join(directory, "model.onnx")
+    with torch.no_grad():
+        program = torch.onnx.export(state["model"], (), kwargs=copy.deepcopy(state["a"]),
+                                    dynamic_shapes=state["shapes"], dynamo=True, verbose=False)
+    program.save(path)
+    state["onnx_program"] = program
+    size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
+    nodes = len(onnx.load(path, load_external_data=False).graph.node)
+    return {"detail": f"{size / 1e6:.2f} MB, {nodes} nodes ({path})", "path": path, "bytes": size, "nodes": nodes}
+
+
+def _onnxruntime(state, tolerance: float) -> dict:
+    import torch
+
+    program = state["onnx_program"]
+    leaves: dict = {}
+    for k, inputs in enumerate(state["others"]):
+        with torch.no_grad():
+            expected = _paths(state["model"](**copy.deepcopy(inputs)))
+        got = program(**copy.deepcopy(inputs))  # onnxruntime, CPU provider; outputs in pytree order
+        if len(got) != len(expected):
+            raise StageFailed(f"set {'BC'[k]}: onnxruntime returns {len(got)} outputs, eager {len(expected)} leaves")
+        _compare(dict(zip(expected, got)), expected, tolerance, f"set {'BC'[k]}", leaves)
+    return _summary(leaves, len(state["others"]))
+
+
+# --- comparison ------------------------------------------------------------------------------------------------
+
+
+def _paths(output) -> dict:
+    import torch
+
+    flat, _ = torch.utils._pytree.tree_flatten_with_path(output)
+    return {_dotted(path): leaf for path, leaf in flat if isinstance(leaf, torch.Tensor)}
+
+
+def _dotted(path) -> str:
+    """A leaf's path as code would name it: ``past_key_values.key_cache[1]``, ``logits``."""
+    from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey
+
+    text = ""
+    for key in path:
+        if isinstance(key, SequenceKey):
+            text += f"[{key.idx}]"
+        elif isinstance(key, (MappingKey, GetAttrKey)):
+            name = key.key if isinstance(key, MappingKey) else key.name
+            text += f".{name}" if isinstance(name, str) and name.isidentifier() else f"[{name!r}]"
+        else:
+            text += str(key)
+    return text.lstrip(".") or "output"
+
+
+def _compare(got: dict, expected: dict, tolerance: float, label: str, leaves: dict) -> None:
+    """Every leaf of eager's at the same path: shapes equal, values within tolerance; the worst kept per path."""
+    import torch
+
+    if list(got) != list(expected):
+        extra, missing = set(got) - set(expected), set(expected) - set(got)
+        raise StageFailed(f"{label}: output structure differs from eager's (program only: {sorted(extra)[:3]}, "
+                          f"eager only: {sorted(missing)[:3]})")
+    for path, want in expected.items():
+        have = torch.as_tensor(got[path])
+        if tuple(have.shape) != tuple(want.shape):
+            raise StageFailed(f"{label}: {path} has shape {tuple(have.shape)}, eager {tuple(want.shape)}")
+        if want.is_floating_point():
+            diff = (have.double() - want.double()).abs()
+            absolute = diff.max().item() if diff.numel() else 0.0
+            relative = (diff / want.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+            ok = torch.allclose(have.double(), want.double(), atol=tolerance, rtol=tolerance, equal_nan=True)
+        else:
+            absolute = relative = 0.0 if torch.equal(have, want) else float("inf")
+            ok = absolute == 0.0
+        worst = leaves.setdefault(path, {"max_abs": 0.0, "max_rel": 0.0, "ok": True})
+        worst.update(max_abs=max(worst["max_abs"], absolute), max_rel=max(worst["max_rel"], relative),
+                     ok=worst["ok"] and ok)
+    wrong = [path for path, entry in leaves.items() if not entry["ok"]]
+    if wrong:
+        raise StageFailed(f"{label}: {len(wrong)} leaves differ from eager beyond {tolerance:g}, first "
+                          f"{wrong[0]} (max abs {leaves[wrong[0]]['max_abs']:.3g})")
+
+
+def _summary(leaves: dict, sets: int) -> dict:
+    worst = max(leaves.items(), key=lambda item: item[1]["max_abs"]) if leaves else ("-", {"max_abs": 0.0})
+    return {"detail": f"{sets} input sets of other sizes, {len(leaves)} leaves: max abs {worst[1]['max_abs']:.3g} "
+                      f"({worst[0]})", "leaves": leaves}
+
+
+# --- errors ----------------------------------------------------------------------------------------------------
+
+
+def _location(exc: BaseException) -> str:
+    """The innermost frame of model or user code (not torch's, not autopatch's, not the standard library's)."""
+    import sysconfig
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = traceback.extract_tb(exc.__traceback__)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None:
+        frames += traceback.extract_tb(cause.__traceback__)
+    for frame in reversed(frames):
+        name = frame.filename.replace(os.sep, "/")
+        if "/torch/" in name or "/autopatch/" in name or name.startswith(stdlib) or "<" in name:
+            continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return ""

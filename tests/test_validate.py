@@ -1,0 +1,115 @@
+"""`autopatch validate`, run as a user runs it: the command in a subprocess, its exit code, its text, its JSON.
+A decoder's decode step, a seq2seq decode step, a state-space model and a VLM, with and without ONNX; a local
+config directory and a user's builder as sources; every bad input a one-line error with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import transformers
+
+from conftest import REPO, clean_env
+
+STAGES = ["build", "export", "run"]
+ONNX_STAGES = STAGES + ["onnx", "onnxruntime"]
+
+
+def _validate(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "autopatch", "validate", *args],
+                          env=clean_env(PYTHONPATH=str(REPO / "tests"), **(env or {})), cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _report(*args):
+    out = _validate(*args, "--json")
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    return out.returncode, json.loads(out.stdout)
+
+
+def _needs_onnx():
+    for name in ("onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(name, reason="--onnx needs the onnx extra (autopatch[onnx])")
+
+
+@pytest.mark.parametrize("arch, step, leaves", [("llama", "decode", 5), ("t5", "decode", 10), ("mamba", "decode", 5),
+                                                ("llava", "prefill", 2)])
+def test_validate_passes_with_every_leaf_compared(arch, step, leaves):
+    code, report = _report("--arch", arch, "--step", step)
+    assert code == 0 and report["ok"], report
+    assert [s["stage"] for s in report["stages"]] == STAGES
+    run = report["stages"][2]
+    assert len(run["leaves"]) == leaves, run["leaves"]
+    assert all(leaf["ok"] and leaf["max_abs"] < 1e-4 for leaf in run["leaves"].values())
+    assert report["stages"][1]["dynamic_dims"] > 0
+    assert report["patches_used"], report  # the agent was on, and its hits are reported
+
+
+@pytest.mark.parametrize("arch", ["llama", "t5"])
+def test_validate_with_onnx_runs_onnxruntime_against_eager(arch):
+    _needs_onnx()
+    code, report = _report("--arch", arch, "--step", "decode", "--onnx")
+    assert code == 0 and report["ok"], report
+    assert [s["stage"] for s in report["stages"]] == ONNX_STAGES
+    onnx, ort = report["stages"][3], report["stages"][4]
+    assert onnx["nodes"] > 0 and onnx["bytes"] > 0
+    names = list(ort["leaves"])
+    assert names[0] == "logits" and any(name.startswith("past_key_values") for name in names), names
+    assert all(leaf["max_abs"] < 1e-4 for leaf in ort["leaves"].values())
+
+
+def test_the_text_report_reads_at_a_glance():
+    out = _validate("--arch", "llama")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("autopatch validate") and "llama" in lines[0] and "decode" in lines[0]
+    assert [line.split()[0] for line in lines[1:4]] == STAGES
+    assert all(line.split()[1] == "ok" for line in lines[1:4])
+    assert lines[-1].startswith("ok: every stage passed")
+
+
+def test_a_failing_stage_exits_1_and_names_it():
+    out = _validate("--arch", "llama", "--patches", "none")
+    assert out.returncode == 1, out.stdout
+    assert "export       FAILED" in out.stdout and out.stdout.splitlines()[-1] == "failed at export"
+    code, report = _report("--arch", "llama", "--patches", "none")
+    assert code == 1 and not report["ok"]
+    assert report["stages"][-1]["stage"] == "export" and "DynamicCache" in report["stages"][-1]["error"]
+
+
+def test_a_local_config_directory(tmp_path):
+    """Sizes as the directory's config gives them, random weights: nothing is downloaded."""
+    config = transformers.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, architectures=["Qwen2ForCausalLM"])
+    config.save_pretrained(tmp_path)
+    code, report = _report("--model", str(tmp_path))
+    assert code == 0 and report["ok"], report
+    assert report["step"] == "decode" and "Qwen2ForCausalLM" in report["stages"][0]["detail"]
+
+
+def test_a_users_builder():
+    code, report = _report("--builder", "validate_target:build")
+    assert code == 0 and report["ok"], report
+    assert set(report["stages"][2]["leaves"]) == {"scaled", "total"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arch", "lama"], "unknown architecture 'lama'; did you mean llama"),
+    (["--arch", "llama", "--step", "forward"], "llama (causal) has no step 'forward'; valid: prefill, decode"),
+    (["--arch", "whisper", "--kind", "vlm"], "whisper has no vlm head; valid kinds: causal, speech"),
+    (["--model", "/nonexistent/model"], "--model '/nonexistent/model': not a directory with a config.json"),
+    (["--builder", "validate_target"], "--builder 'validate_target': expected MODULE:CALLABLE"),
+    (["--builder", "validate_target:missing"], "--builder 'validate_target:missing': AttributeError"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    out = _validate(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
+    errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch validate:")]
+    assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
+    assert out.stdout == ""
+
+
+def test_a_builder_that_returns_something_else_fails_its_build_stage():
+    code, report = _report("--builder", "validate_target:not_a_triple")
+    assert code == 1 and report["stages"][0]["stage"] == "build" and not report["stages"][0]["ok"]
+    assert "must return (model, inputs_a, inputs_b)" in report["stages"][0]["error"]
