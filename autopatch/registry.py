@@ -829,6 +829,19 @@ PATCHES = (
         "under export the batched all-experts path (the one 4.x uses on accelerators) runs on every device.",
     ),
     PatchSpec(
+        id="transformers.moe.onnx_grouped_mm",
+        family="transformers",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.patches.onnx_grouped_mm:install_onnx_grouped_mm",
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        reason="5.x experts (Mixtral, Qwen3-MoE, DeepSeek-V3...) call transformers' custom operator "
+        "grouped_mm_fallback on CPU; torch.onnx.export(dynamo=True) has no translation for it ('No ONNX function "
+        "found'). Registers one (a MatMul per expert over the rows offs gives it) in the registries built while "
+        "the thread exports; a custom_translation_table still wins.",
+    ),
+    PatchSpec(
         id="transformers.output_capturing.hooks_before_trace",
         family="transformers",
         trigger="transformers.utils.output_capturing",

@@ -73,12 +73,12 @@ def validate(arch: str | None = None, step: str | None = None, model: str | None
         except StageFailed as exc:
             entry.update(error=str(exc), location=exc.location)
         except Exception as exc:  # noqa: BLE001 - the stage's failure is the report, not a crash
-            entry.update(error=first_line(exc), location=_location(exc))
+            entry.update(error=_error_text(exc), location=_location(exc))
         entry["seconds"] = round(time.perf_counter() - started, 3)
         report["stages"].append(entry)
         if not entry["ok"]:
             break
-    report["patches_used"] = state.get("hits", {})
+    report["patches_used"] = _patches_used(report["stages"])
     report["ok"] = len(report["stages"]) == len(plan) and all(s["ok"] for s in report["stages"])
     return report
 
@@ -219,13 +219,12 @@ def _export(state, strict: bool) -> dict:
     shapes = fit_to_signature(model, guess_dynamic_shapes(a, b))
     with torch.no_grad():
         program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes, strict=strict)
-    report = autopatch.last_export_report() or {}
-    state.update(program=program, shapes=shapes, hits=dict(report.get("patches") or {}))
+    state.update(program=program, shapes=shapes)
     specialized, dynamic = _specialized_dims(program, a, b)
     if specialized:
         raise StageFailed("dims requested dynamic were specialized: " + ", ".join(specialized))
     return {"detail": f"torch.export ({'strict' if strict else 'non-strict'}), {dynamic} dynamic dims still "
-                      "symbolic", "dynamic_dims": dynamic}
+                      "symbolic", "dynamic_dims": dynamic, "patches": _hits_of_last_export()}
 
 
 def _specialized_dims(program, a, b) -> tuple:
@@ -279,7 +278,25 @@ def _onnx(state) -> dict:
     state["onnx_program"] = program
     size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
     nodes = len(onnx.load(path, load_external_data=False).graph.node)
-    return {"detail": f"{size / 1e6:.2f} MB, {nodes} nodes ({path})", "path": path, "bytes": size, "nodes": nodes}
+    return {"detail": f"{size / 1e6:.2f} MB, {nodes} nodes ({path})", "path": path, "bytes": size, "nodes": nodes,
+            "patches": _hits_of_last_export()}
+
+
+def _hits_of_last_export() -> dict:
+    """The patches the export that just finished used, and how often (``autopatch.last_export_report``)."""
+    import autopatch
+
+    return dict((autopatch.last_export_report() or {}).get("patches") or {})
+
+
+def _patches_used(stages) -> dict:
+    """Every patch either export used (torch.export's, torch.onnx.export's: the ONNX conversion adds its own,
+    e.g. operator translations), with the larger of its two counts: both exports trace the same model."""
+    used: dict = {}
+    for stage in stages:
+        for patch, hits in (stage.get("patches") or {}).items():
+            used[patch] = max(used.get(patch, 0), hits)
+    return dict(sorted(used.items()))
 
 
 def _onnxruntime(state, tolerance: float) -> dict:
@@ -359,6 +376,21 @@ def _summary(leaves: dict, sets: int) -> dict:
 
 
 # --- errors ----------------------------------------------------------------------------------------------------
+
+
+def _error_text(exc: BaseException) -> str:
+    """The error's first line, and its innermost cause's when it has one: torch.onnx wraps what stopped it in a
+    ConversionError whose own first line names only the step ("Failed to convert the exported program...")."""
+    import re
+
+    text = first_line(exc)
+    cause, seen = exc, {id(exc)}
+    while (cause.__cause__ or cause.__context__) is not None and id(cause.__cause__ or cause.__context__) not in seen:
+        cause = cause.__cause__ or cause.__context__
+        seen.add(id(cause))
+    if cause is not exc:
+        text = f"{text} <- {first_line(cause)}"
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def _location(exc: BaseException) -> str:

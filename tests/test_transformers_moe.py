@@ -161,3 +161,104 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
         torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)  # router logits: the same op
         got, expected = got[0], expected[0]
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+# --- 5.x: the experts' grouped matmul through torch.onnx.export ------------------------------------------------
+
+ONNX_ROW = "transformers.moe.onnx_grouped_mm"
+# 5.x MoE models whose experts call transformers::grouped_mm_fallback on CPU (gate-up and down: two per layer).
+ONNX_MODELS = [pytest.param(name, marks=requires("transformers>=5")) for name in ("mixtral", "qwen3_moe", "deepseek_v3")]
+
+
+def _needs_onnx():
+    for package in ("onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(package, reason="ONNX export needs the onnx extra (autopatch[onnx])")
+
+
+def _onnx_export(model, inputs, dynamic_shapes):
+    with torch.no_grad():
+        return torch.onnx.export(model, (), kwargs=zoo.copy_inputs(inputs), dynamic_shapes=dynamic_shapes,
+                                 dynamo=True, verbose=False)
+
+
+def _every_row_but(make_agent, row):
+    return make_agent(selection=f"all,-{row}")
+
+
+@pytest.mark.parametrize("name", ONNX_MODELS)
+def test_onnx_export_of_5x_experts_fails_without_the_row(make_agent, name):
+    _needs_onnx()
+    model, config = _build(name)
+    traced, other, _ = _decode_sets(model, config)
+    _every_row_but(make_agent, ONNX_ROW)
+    with pytest.raises(Exception) as failure:
+        _onnx_export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
+    chain, error = [], failure.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("No ONNX function found" in text and "grouped_mm_fallback" in text for text in chain), chain[-1][:300]
+
+
+@pytest.mark.parametrize("name", ONNX_MODELS)
+def test_onnx_program_of_5x_experts_matches_eager_at_other_sizes(make_agent, name):
+    _needs_onnx()
+    model, config = _build(name)
+    traced, other, third = _decode_sets(model, config)
+    own = make_agent()
+    program = _onnx_export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
+    assert autopatch.last_export_report()["patches"][ONNX_ROW] == 2 * config.num_hidden_layers
+    assert own.records[ONNX_ROW].state in (state.APPLIED, state.APPLIED_LATE)
+    for inputs in (other, third):  # batch, past and new tokens all differ from the traced ones
+        with torch.no_grad():
+            expected = model(**zoo.copy_inputs(inputs))
+        got = program(**zoo.copy_inputs(inputs))  # onnxruntime; every output leaf, in pytree order
+        leaves = torch.utils._pytree.tree_leaves((expected.logits, expected.past_key_values))
+        assert len(got) == len(leaves)
+        for got_leaf, expected_leaf in zip(got, leaves, strict=True):
+            torch.testing.assert_close(torch.as_tensor(got_leaf), expected_leaf, rtol=1e-4, atol=1e-5)
+
+
+class _GroupedMatmul(torch.nn.Module):
+    """transformers' operator on its own, with the routing given as an input: empty experts and sentinel rows
+    past the last expert's end, which a tiny model's random routing may never produce."""
+
+    def __init__(self, experts=3, k=8, n=5):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(experts, k, n, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, rows, offs):
+        return torch.ops.transformers.grouped_mm_fallback(rows, self.weight, offs)
+
+
+@pytest.mark.parametrize("offs", [[2, 2, 6], [0, 3, 7], [1, 4, 4], [0, 0, 0], [3, 5, 9]],
+                         ids=["empty-middle", "empty-first", "sentinel-tail", "all-sentinels", "every-expert"])
+@requires("transformers>=5")
+def test_translation_of_the_operator_matches_it_for_every_routing(make_agent, offs):
+    _needs_onnx()
+    import transformers.integrations.moe  # noqa: F401 - defines the operator
+
+    module = _GroupedMatmul()
+    rows = torch.export.Dim("rows", min=2)
+    make_agent()
+    with torch.no_grad():
+        program = torch.onnx.export(module, (torch.randn(6, 8), torch.tensor([2, 4, 6])), dynamo=True,
+                                    dynamic_shapes=({0: rows}, None), verbose=False)
+    assert autopatch.last_export_report()["patches"][ONNX_ROW] == 1
+    tokens = torch.randn(9, 8, generator=torch.Generator().manual_seed(1))  # 9 rows: traced with 6
+    ends = torch.tensor(offs)
+    with torch.no_grad():
+        expected = module(tokens, ends)
+    (got,) = program(tokens, ends)
+    torch.testing.assert_close(torch.as_tensor(got), expected, rtol=1e-5, atol=1e-5)
+
+
+@requires("transformers>=5")
+def test_the_translation_is_registered_only_inside_an_export(make_agent):
+    _needs_onnx()
+    import transformers.integrations.moe  # noqa: F401 - defines the operator
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
+
+    make_agent()
+    target = torch.ops.transformers.grouped_mm_fallback.default
+    assert not ONNXRegistry.from_torchlib().is_registered(target)  # a registry built outside export: torch's own

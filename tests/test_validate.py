@@ -9,7 +9,7 @@ import sys
 import pytest
 import transformers
 
-from conftest import REPO, clean_env
+from conftest import REPO, clean_env, requires
 
 STAGES = ["build", "export", "run"]
 ONNX_STAGES = STAGES + ["onnx", "onnxruntime"]
@@ -56,6 +56,23 @@ def test_validate_with_onnx_runs_onnxruntime_against_eager(arch):
     names = list(ort["leaves"])
     assert names[0] == "logits" and any(name.startswith("past_key_values") for name in names), names
     assert all(leaf["max_abs"] < 1e-4 for leaf in ort["leaves"].values())
+
+
+@requires("transformers>=5")
+def test_an_onnx_failure_names_what_stopped_the_conversion_and_the_patches_the_conversion_used():
+    """A 5.x MoE model: without the grouped-matmul row, the onnx stage names the operator torch.onnx could not
+    translate (the cause under torch's ConversionError, no terminal colour codes); with it, every stage passes and
+    the row counts among the patches used, though only the ONNX conversion uses it."""
+    _needs_onnx()
+    row = "transformers.moe.onnx_grouped_mm"
+    code, report = _report("--arch", "mixtral", "--onnx", "--patches", f"all,-{row}")
+    assert code == 1 and [s["ok"] for s in report["stages"]] == [True, True, True, False], report
+    error = report["stages"][3]["error"]
+    assert error.startswith("ConversionError") and "grouped_mm_fallback" in error and "\x1b" not in error, error
+    code, report = _report("--arch", "mixtral", "--onnx")
+    assert code == 0 and report["ok"], report
+    assert row not in report["stages"][1]["patches"] and report["stages"][3]["patches"][row] > 0
+    assert report["patches_used"][row] == report["stages"][3]["patches"][row]
 
 
 def test_the_text_report_reads_at_a_glance():
