@@ -521,7 +521,8 @@ PATCHES = (
         requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
         fingerprints=("b5b076947d18",),
         reason="Mamba's torch-only selective scan is a Python loop over the sequence: export unrolls it and "
-        "specializes the sequence length. The recurrence runs as torch scan (higher-order op) instead.",
+        "specializes the sequence length. The recurrence runs as torch scan (higher-order op) instead; with a "
+        "cache, the program refuses at run time the one-token step eager runs down another path.",
     ),
     PatchSpec(
         id="transformers.falcon_mamba.selective_scan",
@@ -533,6 +534,18 @@ PATCHES = (
         requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
         fingerprints=("b5b076947d18",),
         reason="falcon_mamba's own copy of mamba_selective_scan: the same loop, the same scan.",
+    ),
+    PatchSpec(
+        id="transformers.jamba.selective_scan",
+        family="transformers",
+        trigger="transformers.models.jamba.modeling_jamba",
+        target="mamba_selective_scan",
+        mode="route",
+        replacement="autopatch.patches.transformers_ssm:mamba_selective_scan",
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        fingerprints=("b5b076947d18",),
+        reason="Jamba's own copy of mamba_selective_scan (its mamba layers' prefill, and a decode step of more than "
+        "one token): the same loop, the same scan.",
     ),
     *(
         PatchSpec(

@@ -3,6 +3,8 @@ and sequence, and matches eager at other sizes; without the patch the sequence l
 gated delta net's prefill (transformers.<model>.gated_delta_scan: Qwen3-Next, Qwen3.5, Qwen3.5-MoE, OlmoHybrid),
 whose program is one chunk long without its row."""
 
+import copy
+
 import pytest
 import torch
 import torch.export._trace  # noqa: F401
@@ -12,6 +14,7 @@ from packaging.version import Version
 import autopatch
 from autopatch import registry, state
 from autopatch.agent import Agent
+from conftest import requires
 
 TF5 = Version(transformers.__version__) >= Version("5")
 DYN = torch.export.Dim.DYNAMIC
@@ -24,7 +27,8 @@ if Version(transformers.__version__) < Version("5.13") and TF5:
     CASES = [("mamba", "transformers.mamba.slow_forward_scan"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan")]
 elif TF5:
-    CASES = [("mamba", "transformers.mamba.selective_scan"), ("falcon_mamba", "transformers.falcon_mamba.selective_scan")]
+    CASES = [("mamba", "transformers.mamba.selective_scan"), ("falcon_mamba", "transformers.falcon_mamba.selective_scan"),
+             ("jamba", "transformers.jamba.selective_scan")]
 else:
     CASES = [("mamba", "transformers.mamba.slow_forward"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan_4x")]
@@ -33,8 +37,14 @@ IDS = [c[1] for c in CASES] + ["torch.export.parameter_buffers"]
 
 
 def build(name):
-    prefix = {"mamba": "Mamba", "falcon_mamba": "FalconMamba"}[name]
-    config = getattr(transformers, f"{prefix}Config")(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2)
+    prefix = {"mamba": "Mamba", "falcon_mamba": "FalconMamba", "jamba": "Jamba"}[name]
+    if name == "jamba":  # mamba, attention (a cache needs one), mamba; the middle layer MoE (the class's period)
+        config = transformers.JambaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                          attn_layer_period=3, attn_layer_offset=1, num_attention_heads=4,
+                                          num_key_value_heads=2, num_experts=2, mamba_d_state=4, mamba_dt_rank=8)
+    else:
+        config = getattr(transformers, f"{prefix}Config")(vocab_size=64, hidden_size=32, state_size=4,
+                                                          num_hidden_layers=2)
     torch.manual_seed(0)
     return Prefill(getattr(transformers, f"{prefix}ForCausalLM")(config).eval())
 
@@ -121,6 +131,27 @@ def test_eager_is_unchanged_with_the_patch_active(agent, name, patch):
         assert torch.equal(a, b)
     assert torch.equal(with_cache, reference_with_cache)
     assert own.records[patch].hits == 0
+
+
+@requires("transformers>=5.13")
+def test_a_step_of_several_tokens_with_a_cache_refuses_one_token_instead_of_answering_wrong(make_agent):
+    """A mixer with a filled cache takes its own one-token path; the scan serves steps of several. A program traced
+    with several new tokens assumes (torch's ranges start at 2) it is never given one: the scan makes the program
+    refuse one at run time instead of running it down the several-token path (wrong numbers, measured)."""
+    from autopatch.models import builders
+
+    model = build("jamba").model
+    make_agent()
+    traced = builders.decode_inputs(model, model.config, batch=2, past=6, seq=3, seed=1)
+    other = builders.decode_inputs(model, model.config, batch=3, past=8, seq=2, seed=2)
+    one = builders.decode_inputs(model, model.config, batch=1, past=9, seq=1, seed=3)
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
+                                      dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other), strict=False)
+        got, expected = program.module()(**copy.deepcopy(other)), model(**copy.deepcopy(other))
+        torch.testing.assert_close(got.logits, expected.logits)
+        with pytest.raises(RuntimeError, match="traced with several new tokens and a cache"):
+            program.module()(**copy.deepcopy(one))
 
 
 def test_fingerprints_match_the_installed_version(agent):

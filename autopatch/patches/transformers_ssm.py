@@ -34,7 +34,9 @@ def mamba_selective_scan(
 ):
     """transformers 5: ``modeling_mamba.mamba_selective_scan`` (and falcon_mamba's copy), the sequential branch
     as a scan. The mambapy and associative-scan branches are not taken under export either."""
-    batch_size, intermediate_size, _ = hidden_states.shape
+    batch_size, intermediate_size, seq_len = hidden_states.shape
+    if return_last_state:
+        _refuse_one_token_with_a_cache(seq_len)
     input_dtype = hidden_states.dtype
     if delta_bias is not None:
         dt = dt + delta_bias.to(dt.dtype)[..., None]
@@ -53,6 +55,20 @@ def mamba_selective_scan(
     if return_last_state:
         return scan_output, ssm_state
     return scan_output
+
+
+def _refuse_one_token_with_a_cache(seq_len) -> None:
+    """The mixers call this scan for a step of several tokens; with a filled cache they take their own one-token
+    path instead (``seq_len == 1``). A dynamic length traced at 2 or more is assumed never to be 1 (torch's
+    ranges start at 2), so without a check the program would run a one-token step down the several-token path
+    and answer wrong, silently. With a cache here (``return_last_state``), the program refuses a one-token step
+    at run time; export the one-token step (its length static, as runtimes feed it) for that."""
+    if isinstance(seq_len, torch.SymInt) and seq_len.node.maybe_as_int() is None:
+        torch._assert_async(
+            torch.scalar_tensor(seq_len) != 1,
+            "autopatch: this program was traced with several new tokens and a cache; a one-token step takes "
+            "another path in eager. Export the one-token step on its own.",
+        )
 
 
 @calls_original
