@@ -383,14 +383,24 @@ def _error_text(exc: BaseException) -> str:
     ConversionError whose own first line names only the step ("Failed to convert the exported program...")."""
     import re
 
-    text = first_line(exc)
+    text = first_line(exc) + _reason_line(exc)
     cause, seen = exc, {id(exc)}
     while (cause.__cause__ or cause.__context__) is not None and id(cause.__cause__ or cause.__context__) not in seen:
         cause = cause.__cause__ or cause.__context__
         seen.add(id(cause))
-    if cause is not exc:
-        text = f"{text} <- {first_line(cause)}"
+    said = f"{first_line(cause)}{_reason_line(cause)}"
+    if cause is not exc and said.partition(": ")[2] != text.partition(": ")[2]:  # torch re-raises the same words
+        text = f"{text} <- {said}"
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _reason_line(exc: BaseException) -> str:
+    """torch's constraint violations say what went wrong on a ``  - `` line below their first ("You marked
+    L['input_ids'].size()[1] as dynamic but your code specialized it to be a constant (3)"): that line, if any."""
+    for line in str(exc).splitlines()[1:]:
+        if line.lstrip().startswith("- "):
+            return " " + line.strip()[:300]
+    return ""
 
 
 def _location(exc: BaseException) -> str:

@@ -75,6 +75,15 @@ def test_an_onnx_failure_names_what_stopped_the_conversion_and_the_patches_the_c
     assert report["patches_used"][row] == report["stages"][3]["patches"][row]
 
 
+@requires("transformers>=5.13")
+def test_a_specialized_dim_is_named_with_torchs_reason_line():
+    """torch's constraint violation says what went wrong on its second line: the report carries it."""
+    code, report = _report("--arch", "mamba", "--step", "prefill", "--patches", "none")
+    assert code == 1 and report["stages"][1]["stage"] == "export" and not report["stages"][1]["ok"], report
+    error = report["stages"][1]["error"]
+    assert "Constraints violated" in error and "specialized it to be a constant" in error, error
+
+
 def test_the_text_report_reads_at_a_glance():
     out = _validate("--arch", "llama")
     assert out.returncode == 0, out.stderr[-2000:]

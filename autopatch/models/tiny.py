@@ -816,6 +816,13 @@ def _recurrent(model) -> bool:
     return "cache_params" in taken and "past_key_values" not in taken
 
 
+def _mamba_mixers(model) -> bool:
+    """Mamba-style mixers inside a hybrid (Jamba, Zamba): with a cache they take a one-token path of their own, so
+    their decode step is one token at a time, as generate() feeds it (a step of several tokens is another
+    program, refused by the one-token one's structure and by autopatch's scan at run time)."""
+    return any(type(module).__name__.endswith("MambaMixer") for module in model.modules())
+
+
 def _rows(config, batch: int) -> int:
     """Token rows for ``batch`` samples: MusicGen's decoder takes one row per codebook of each sample."""
     codebooks = getattr(config, "num_codebooks", None)
@@ -830,7 +837,8 @@ def _decoder_inputs(model, step: str, k: int, padded: bool) -> dict:
         pads = builders.left_pads(batch, seq, k) if padded else None
         return _scrub(builders.prefill_inputs(model, _Vocab(config), batch, seq, seed=k + 1, pads=pads), config)
     recurrent = _recurrent(model)
-    sizes = builders.RECURRENT_DECODE if recurrent else (builders.PADDED_DECODE if padded else builders.DECODE)
+    one_token = recurrent or _mamba_mixers(model)
+    sizes = builders.RECURRENT_DECODE if one_token else (builders.PADDED_DECODE if padded else builders.DECODE)
     batch, past, seq = sizes[k]
     batch = _rows(config, batch)
     pads = builders.left_pads(batch, past, k) if padded else None
