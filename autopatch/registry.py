@@ -597,6 +597,19 @@ PATCHES = (
         for model in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")
     ),
     PatchSpec(
+        id="transformers.minimax.lightning_decode_scan",
+        family="transformers",
+        trigger="transformers.models.minimax.modeling_minimax",
+        target="MiniMaxLightningAttention.forward",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_ssm:lightning_decode_as_scan",
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        fingerprints=("ec4256f9d53d", "d52943090d9a"),  # 4.57, 5.23
+        reason="MiniMax's lightning attention walks a cached step's tokens in a Python loop: a decode step of "
+        "several tokens specializes its length. Rewritten from the source: the same recurrence as torch scan "
+        "over the tokens.",
+    ),
+    PatchSpec(
         id="transformers.mamba.slow_forward",
         family="transformers",
         trigger="transformers.models.mamba.modeling_mamba",

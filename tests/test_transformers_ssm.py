@@ -234,3 +234,57 @@ def test_gated_delta_scan_equals_upstream(name):
             for got, expected in zip(rewritten(q, k, v, **kwargs), original(q, k, v, **kwargs)):
                 assert got.shape == expected.shape
                 torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# --- MiniMax's lightning attention: a cached step of several tokens ----------------------------------------------
+
+LIGHTNING_ROW = "transformers.minimax.lightning_decode_scan"
+
+
+def _minimax():
+    # The class's own layer pattern (full, linear, full, linear...) at two layers; its own block size (256).
+    config = transformers.MiniMaxConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                        num_local_experts=2, num_experts_per_tok=1,
+                                        layer_types=["full_attention", "linear_attention"])
+    torch.manual_seed(0)
+    return transformers.MiniMaxForCausalLM(config).eval()
+
+
+def _lightning_sets(model):
+    from autopatch.models import builders
+
+    return [builders.decode_inputs(model, model.config, batch=b, past=p, seq=s, seed=b * 10 + s)
+            for b, p, s in [(2, 6, 3), (3, 8, 2), (1, 9, 1), (4, 5, 5)]]
+
+
+def _export_decode(model, traced, other):
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=copy.deepcopy(traced),
+                                   dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other), strict=False)
+
+
+def test_lightning_decode_of_several_tokens_fails_without_its_row(make_agent):
+    model = _minimax()
+    traced, other, *_ = _lightning_sets(model)
+    make_agent(selection=f"all,-{LIGHTNING_ROW}")
+    with pytest.raises(Exception, match="specialized it to be a constant"):
+        _export_decode(model, traced, other)
+
+
+def test_lightning_decode_matches_eager_for_every_step_length(make_agent):
+    model = _minimax()
+    traced, other, *more = _lightning_sets(model)
+    own = make_agent()
+    program = _export_decode(model, traced, other)
+    assert autopatch.last_export_report()["patches"][LIGHTNING_ROW] == 1  # one linear-attention layer
+    assert own.records[LIGHTNING_ROW].state in state.INSTALLED
+    for inputs in (other, *more):  # batch, past and new tokens all differ from the traced ones, one token too
+        with torch.no_grad():
+            expected = model(**copy.deepcopy(inputs))
+            got = program.module()(**copy.deepcopy(inputs))
+        torch.testing.assert_close(got.logits, expected.logits)
+        leaves = torch.utils._pytree.tree_leaves  # keys, values and the linear layer's state
+        for got_leaf, expected_leaf in zip(leaves(got.past_key_values), leaves(expected.past_key_values),
+                                           strict=True):
+            torch.testing.assert_close(got_leaf, expected_leaf)

@@ -275,3 +275,33 @@ def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
         _CHUNK_LOOP: "core_attn_out, last_recurrent_state = __autopatch_rt.gated_delta_chunks(new_values, "
         "k_cumdecay, query, key, intra_chunk_attn, chunk_decay, last_recurrent_state)",
     })
+
+
+#: MiniMax's lightning attention with a cache: one token at a time over the step (5.23 and 4.57 alike).
+_LIGHTNING_DECODE_LOOP = """
+for i in range(seq_len):
+    current_query_states = query_states[:, :, i : i + 1]
+    current_key_states = key_states[:, :, i : i + 1]
+    current_value_states = value_states[:, :, i : i + 1]
+
+    current_attn_weights_inter = torch.matmul(current_key_states.transpose(-1, -2), current_value_states)
+    attn_weights_inter = ratio * attn_weights_inter + current_attn_weights_inter
+    current_attn_output = torch.matmul(current_query_states, attn_weights_inter)
+
+    attn_output.append(current_attn_output)
+"""
+
+
+def lightning_decode_as_scan(forward):
+    """A rewriter for ``MiniMaxLightningAttention.forward``: with a cache it walks the step's tokens in a Python
+    loop, which fixes the step's length (a decode step of several tokens, as speculative decoding or a chunked
+    prompt feeds it, stops with "specialized it to be a constant"). Rewritten from the source: the same
+    recurrence as a scan over the tokens (``runtime.decayed_linear_attention``). The prefill's loop over
+    256-token blocks is untouched."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(forward, {
+        _LIGHTNING_DECODE_LOOP:
+        "attn_output, attn_weights_inter = __autopatch_rt.decayed_linear_attention(query_states, key_states, "
+        "value_states, attn_weights_inter, ratio)",
+    })

@@ -163,6 +163,25 @@ def gated_delta_chunks(new_values, k_cumdecay, query, key, intra_chunk_attn, chu
     return outputs.movedim(0, 2).contiguous(), last
 
 
+def decayed_linear_attention(query, key, value, state, ratio):
+    """The one-token-at-a-time pass of MiniMax's lightning attention with a cache, ``for i in range(seq_len)``
+    (which fixes the step's length), as ``torch._higher_order_ops.scan`` over the tokens: per token, ``S = ratio
+    * S + k_i^T v_i`` and output ``q_i @ S``, the loop's arithmetic in its order. ``query``, ``key``, ``value``:
+    ``[B, H, T, D]``; ``state``: ``[B, H, D, D]``; ``ratio``: ``[H, 1, 1]``. Returns ``([outputs [B, H, T, D]],
+    last state)``: the outputs in a one-element list, as the loop leaves them for its ``torch.cat``."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    def step(s, xs):
+        q_i, k_i, v_i = (x.unsqueeze(2) for x in xs)  # [B, H, 1, D]
+        s = ratio * s + torch.matmul(k_i.transpose(-1, -2), v_i)
+        return s, torch.matmul(q_i, s)[:, :, 0]
+
+    tokens_first = tuple(x.movedim(2, 0) for x in (query, key, value))
+    last, outputs = scan(step, state, tokens_first)  # outputs: [T, B, H, D]
+    return [outputs.movedim(0, 2)], last
+
+
 def block_diagonal_mask(cu_seqlens, like):
     """The additive attention mask ``[1, 1, n, n]`` (dtype of ``like``, ``n`` its second-to-last size) that lets
     position i attend to j only when both fall in the same segment of ``cu_seqlens`` (cumulative segment ends,
