@@ -604,7 +604,7 @@ PATCHES = (
         mode="rewrite",
         replacement="autopatch.patches.transformers_ssm:lightning_decode_as_scan",
         requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
-        fingerprints=("ec4256f9d53d", "d52943090d9a"),  # 4.57, 5.23
+        fingerprints=("ec4256f9d53d", "69f87ef3f668", "dec6aa8a7765", "d52943090d9a"),  # 4.57, 5.3, 5.12, 5.23
         reason="MiniMax's lightning attention walks a cached step's tokens in a Python loop: a decode step of "
         "several tokens specializes its length. Rewritten from the source: the same recurrence as torch scan "
         "over the tokens.",
