@@ -273,6 +273,35 @@ def test_auto_rewrites_the_function_that_stopped_the_export_and_exports_again():
     assert "FAILED GuardOnDataDependentSymNode []" in without.stdout
 
 
+ONNX_AUTO_CODE = """
+import torch, autopatch, rewrite_target as t
+m = t.ClampIfLarge()
+try:
+    p = torch.onnx.export(m, (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},), dynamo=True,
+                          verbose=False)
+except Exception as exc:
+    print("FAILED", type(exc).__name__)
+    raise SystemExit(0)
+for y in (torch.randn(5, 4) * 10, torch.randn(1, 4) * 0.01, -torch.ones(3, 4) * 0.01):  # each branch
+    (got,) = p(y)
+    torch.testing.assert_close(torch.as_tensor(got), m(y))
+print("EXPORTED", sorted(autopatch.last_export_report()["patches"]))
+"""
+
+
+def test_auto_works_under_torch_onnx_export_too():
+    """torch.onnx.export wraps torch.export's guard error in a TorchExportError (its __cause__): auto mode finds it
+    there, rewrites, converts again; onnxruntime takes every branch as eager does."""
+    for package in ("onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(package, reason="torch.onnx.export(dynamo=True) needs the onnx extra")
+    tests = str(registry.__file__).rsplit("/autopatch/", 1)[0] + "/tests"
+    done = run_py(ONNX_AUTO_CODE, EXPORT_PATCHES="1", EXPORT_PATCHES_REWRITE="auto", PYTHONPATH=tests)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "EXPORTED ['rewrite.auto.rewrite_target.ClampIfLarge.forward', " in done.stdout, done.stdout
+    without = run_py(ONNX_AUTO_CODE, EXPORT_PATCHES="1", PYTHONPATH=tests)
+    assert "FAILED TorchExportError" in without.stdout, without.stdout + without.stderr[-2000:]
+
+
 def test_auto_says_why_when_the_function_cannot_be_rewritten():
     done = _auto("t.ReturnsEarly()", EXPORT_PATCHES_REWRITE="auto")
     assert "FAILED GuardOnDataDependentSymNode" in done.stdout

@@ -29,10 +29,23 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(root) + os.sep for root in roots)
 
 
+def _guard_error(exc):
+    """The data-dependent guard error behind ``exc``: itself, or the cause an exporter wrapped it in
+    (``torch.onnx.export`` raises a TorchExportError whose ``__cause__`` is torch.export's error)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if type(exc).__name__ == "GuardOnDataDependentSymNode":
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def failing_function(exc):
-    """``(module, qualname, line)`` of the function whose condition raised the data-dependent guard ``exc``, or a
-    string saying why there is none."""
-    if type(exc).__name__ != "GuardOnDataDependentSymNode":
+    """``(module, qualname, line)`` of the function whose condition raised the data-dependent guard ``exc`` (or
+    the guard error it wraps), or a string saying why there is none."""
+    exc = _guard_error(exc)
+    if exc is None:
         return "not a data-dependent guard"
     roots = _library_roots()
     frames = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__)
