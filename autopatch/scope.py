@@ -168,14 +168,41 @@ def _annotator(annotation: dict):
     return annotated
 
 
+def _torchscript_default(original):
+    """For ``torch.onnx.export``: a ``kwargs -> bool`` that says whether this call takes the TorchScript exporter
+    (``dynamo=False``; the default is True since torch 2.9, False before). That exporter traces with
+    ``torch.jit``, which the replacements written for torch.export (scan, cond, run-time asserts) are not for:
+    it runs outside the scope, on the original functions, as it does without autopatch. Other entries: None."""
+    import inspect
+
+    try:
+        parameter = inspect.signature(original).parameters.get("dynamo")
+    except (TypeError, ValueError):
+        return None
+    if parameter is None:
+        return None
+    default = parameter.default if parameter.default is not inspect.Parameter.empty else True
+
+    def takes_torchscript(args, kwargs) -> bool:
+        model = args[0] if args else kwargs.get("model")
+        if type(model).__name__ == "ExportedProgram":  # converted as it is, whatever `dynamo` says
+            return False
+        return kwargs.get("dynamo", default) is False
+
+    return takes_torchscript
+
+
 def make_entry(original, record):
     """Wraps an export entry point so that the current thread is in export scope while it runs."""
     entry_name = record.spec.target_name
+    takes_torchscript = _torchscript_default(original) if entry_name == "torch.onnx.export" else None
 
     def export_entry(*args, **kwargs):
         global _last_run
         if _RUN.get() is not None:
             # Nested (torch.onnx.export -> torch.export.export -> _export): the outermost call owns the run.
+            return original(*args, **kwargs)
+        if takes_torchscript is not None and takes_torchscript(args, kwargs):
             return original(*args, **kwargs)
         record.hit()
         _prepare_node_tools()

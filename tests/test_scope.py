@@ -163,6 +163,30 @@ def test_onnx_dynamo_export_is_in_scope(agent):
     assert report["entry"] == "torch.onnx.export" and report["patches"] == {"test.double": 1}
 
 
+def test_onnx_torchscript_export_is_not_in_scope(agent, tmp_path):
+    """torch.onnx.export(dynamo=False) traces with torch.jit, which the replacements (written for torch.export)
+    are not for: the model runs the originals, as without autopatch, and no export run is recorded."""
+    pytest.importorskip("onnx", reason="the TorchScript ONNX exporter needs the optional onnx package")
+    before = autopatch.last_export_report()
+    x = torch.arange(4.0)
+    path = tmp_path / "model.onnx"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch's notice that this exporter is the legacy one
+        torch.onnx.export(scope_target.UsesDouble(), (x,), str(path), dynamo=False, input_names=["x"],
+                          dynamic_axes={"x": {0: "n"}})
+    import onnx
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    other = torch.arange(6.0)
+    (got,) = session.run(None, {"x": other.numpy()})
+    assert torch.equal(torch.as_tensor(got), other * 2 + 1)  # the original double, not the test route's triple
+    assert onnx.load(str(path)).graph.node  # a real model was written
+    assert autopatch.last_export_report() == before and agent.records["test.double"].hits == 0
+
+
 def test_transformers_exporter_wrapper_is_in_scope(agent):
     """transformers' own exportable wrapper calls torch.export.export inside; the scope and the cache
     registration reach it."""
