@@ -278,8 +278,34 @@ def _onnx(state) -> dict:
     state["onnx_program"] = program
     size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
     nodes = len(onnx.load(path, load_external_data=False).graph.node)
-    return {"detail": f"{size / 1e6:.2f} MB, {nodes} nodes ({path})", "path": path, "bytes": size, "nodes": nodes,
-            "patches": _hits_of_last_export()}
+    dropped = _run_time_checks(state["program"])
+    detail = f"{size / 1e6:.2f} MB, {nodes} nodes ({path})"
+    if dropped:
+        detail += "; run-time checks the ONNX model does not make: " + ", ".join(
+            f"{check['by']} x{check['count']}" for check in dropped)
+    return {"detail": detail, "path": path, "bytes": size, "nodes": nodes, "patches": _hits_of_last_export(),
+            "dropped_checks": dropped}
+
+
+#: Assertions on values a program makes at run time (not tensor metadata checks): torch.onnx drops them, so an
+#: ONNX model runs on inputs the program would have refused.
+_CHECK_TARGETS = ("aten._assert_async.msg", "aten._assert_scalar.default")
+
+
+def _run_time_checks(program) -> list:
+    """The run-time checks of a torch.export program, grouped by who inserted them: the patch whose code made the
+    node (its innermost ``autopatch:<id>`` annotation) or ``torch`` (its own guards turned into assertions), each
+    with its count and first message."""
+    found: dict = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or str(node.target) not in _CHECK_TARGETS:
+            continue
+        marks = [key.split(":", 1)[1] for key in (node.meta.get("custom") or {}) if key.startswith("autopatch:")]
+        by = marks[-1] if marks else "torch"
+        message = next((arg for arg in node.args[1:] if isinstance(arg, str)), "")
+        entry = found.setdefault(by, {"by": by, "count": 0, "message": message})
+        entry["count"] += 1
+    return sorted(found.values(), key=lambda check: check["by"])
 
 
 def _hits_of_last_export() -> dict:

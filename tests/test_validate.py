@@ -84,6 +84,22 @@ def test_a_specialized_dim_is_named_with_torchs_reason_line():
     assert "Constraints violated" in error and "specialized it to be a constant" in error, error
 
 
+@requires("transformers>=5.13")
+def test_the_run_time_checks_an_onnx_model_drops_are_named_with_the_patch_that_made_them():
+    _needs_onnx()
+    import onnx
+
+    code, report = _report("--builder", "validate_target:jamba_steps_of_several_tokens", "--onnx")
+    assert code == 0 and report["ok"], report
+    stage = report["stages"][3]
+    dropped = {check["by"]: check for check in stage["dropped_checks"]}
+    assert dropped["transformers.jamba.selective_scan"]["count"] == 2  # one per mamba layer
+    assert "several new tokens" in dropped["transformers.jamba.selective_scan"]["message"]
+    assert "transformers.jamba.selective_scan x2" in stage["detail"]
+    graph = onnx.load(stage["path"], load_external_data=False).graph  # indeed not in the model
+    assert not any("assert" in node.op_type.lower() for node in graph.node)
+
+
 def test_the_text_report_reads_at_a_glance():
     out = _validate("--arch", "llama")
     assert out.returncode == 0, out.stderr[-2000:]
