@@ -855,6 +855,18 @@ PATCHES = (
         "under export the batched all-experts path (the one 4.x uses on accelerators) runs on every device.",
     ),
     PatchSpec(
+        id="torch.onnx.output_names_from_paths",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._core",
+        target="export",
+        mode="install",
+        replacement="autopatch.patches.onnx_output_names:install_output_names",
+        requires=TORCH,
+        reason="torch.onnx.export(dynamo=True) names inputs by their paths but outputs by FX node (linear_14, "
+        "cat_3): a runtime cannot tell which output is which layer's cache. Without output_names given, outputs "
+        "are named by their paths too (logits, present_key_cache_0 ...); given names are kept.",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",
