@@ -867,12 +867,25 @@ PATCHES = (
         "are named by their paths too (logits, present_key_cache_0 ...); given names are kept.",
     ),
     PatchSpec(
+        id="torch.onnx.is_all_true",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.patches.onnx_translations:install_is_all_true",
+        requires=TORCH,
+        reason="torch._check_tensor_all (transformers 5.x image-token checks, the agent's vision rows) leaves "
+        "_is_all_true in the program; torch.onnx.export drops the assertion but has no translation for its "
+        "argument ('No ONNX function found'): every vision-language model stopped there. Translated as what it "
+        "computes; the check itself is not in the ONNX model (validate lists such checks).",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",
         target="ONNXRegistry.from_torchlib",
         mode="install",
-        replacement="autopatch.patches.onnx_grouped_mm:install_onnx_grouped_mm",
+        replacement="autopatch.patches.onnx_translations:install_onnx_grouped_mm",
         requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
         reason="5.x experts (Mixtral, Qwen3-MoE, DeepSeek-V3...) call transformers' custom operator "
         "grouped_mm_fallback on CPU; torch.onnx.export(dynamo=True) has no translation for it ('No ONNX function "

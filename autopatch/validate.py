@@ -423,7 +423,10 @@ def _error_text(exc: BaseException) -> str:
 def _reason_line(exc: BaseException) -> str:
     """torch's constraint violations say what went wrong on a ``  - `` line below their first ("You marked
     L['input_ids'].size()[1] as dynamic but your code specialized it to be a constant (3)"): that line, if any."""
-    for line in str(exc).splitlines()[1:]:
+    lines = str(exc).splitlines()
+    if not lines or "Constraints violated" not in lines[0]:  # other errors' "- " lines are generic advice
+        return ""
+    for line in lines[1:]:
         if line.lstrip().startswith("- "):
             return " " + line.strip()[:300]
     return ""
