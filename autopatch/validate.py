@@ -23,8 +23,8 @@ import copy
 import os
 import tempfile
 import time
-import traceback
 
+from .errors import causes, outside_frames
 from .models.tiny import first_line
 
 #: Each output leaf must be within this of eager's, absolute and relative (``torch.allclose``).
@@ -410,10 +410,7 @@ def _error_text(exc: BaseException) -> str:
     import re
 
     text = first_line(exc) + _reason_line(exc)
-    cause, seen = exc, {id(exc)}
-    while (cause.__cause__ or cause.__context__) is not None and id(cause.__cause__ or cause.__context__) not in seen:
-        cause = cause.__cause__ or cause.__context__
-        seen.add(id(cause))
+    *_, cause = causes(exc)
     said = f"{first_line(cause)}{_reason_line(cause)}"
     if cause is not exc and said.partition(": ")[2] != text.partition(": ")[2]:  # torch re-raises the same words
         text = f"{text} <- {said}"
@@ -433,17 +430,11 @@ def _reason_line(exc: BaseException) -> str:
 
 
 def _location(exc: BaseException) -> str:
-    """The innermost frame of model or user code (not torch's, not autopatch's, not the standard library's)."""
-    import sysconfig
-
-    stdlib = sysconfig.get_paths()["stdlib"]
-    frames = traceback.extract_tb(exc.__traceback__)
+    """The innermost frame of model or user code (not torch's, not autopatch's, not the standard library's), in
+    the error or the one it was raised from."""
     cause = exc.__cause__ or exc.__context__
-    if cause is not None:
-        frames += traceback.extract_tb(cause.__traceback__)
-    for frame in reversed(frames):
-        name = frame.filename.replace(os.sep, "/")
-        if "/torch/" in name or "/autopatch/" in name or name.startswith(stdlib) or "<" in name:
-            continue
-        return f"{frame.filename}:{frame.lineno} in {frame.name}"
-    return ""
+    frames = outside_frames(exc.__traceback__) + (outside_frames(cause.__traceback__) if cause is not None else [])
+    if not frames:
+        return ""
+    frame, line = frames[-1]
+    return f"{frame.f_code.co_filename}:{line} in {frame.f_code.co_name}"

@@ -76,6 +76,12 @@ def make_agent(global_agent):
 _DESELECTED: dict = {}
 
 
+def needs_onnx() -> None:
+    """Skips the calling test where the onnx extra (onnx, onnxscript, onnxruntime) is not installed."""
+    for package in ("onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(package, reason="ONNX export and onnxruntime need the onnx extra (autopatch[onnx])")
+
+
 def requires(requirement: str):
     """A mark for a test that applies only where ``requirement`` (PEP 508, e.g. "transformers>=5") holds."""
     return pytest.mark.requires(requirement)

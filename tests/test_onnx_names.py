@@ -7,6 +7,7 @@ import torch
 
 import autopatch
 import zoo
+from conftest import needs_onnx
 
 ROW = "torch.onnx.output_names_from_paths"
 CACHE = ["key_cache_0", "key_cache_1", "value_cache_0", "value_cache_1"]
@@ -14,8 +15,7 @@ CACHE = ["key_cache_0", "key_cache_1", "value_cache_0", "value_cache_1"]
 
 @pytest.fixture(autouse=True)
 def _onnx():
-    for package in ("onnx", "onnxscript", "onnxruntime"):
-        pytest.importorskip(package, reason="torch.onnx.export(dynamo=True) needs the onnx extra")
+    needs_onnx()
 
 
 def _llama_step():

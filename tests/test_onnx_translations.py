@@ -11,15 +11,15 @@ import pytest
 import torch
 
 import autopatch
-from conftest import REPO, clean_env, requires
+from autopatch.errors import causes
+from conftest import REPO, clean_env, needs_onnx, requires
 
 ROW = "torch.onnx.is_all_true"
 
 
 @pytest.fixture(autouse=True)
 def _onnx():
-    for package in ("onnx", "onnxscript", "onnxruntime"):
-        pytest.importorskip(package, reason="torch.onnx.export(dynamo=True) needs the onnx extra")
+    needs_onnx()
 
 
 class AllPositive(torch.nn.Module):
@@ -47,10 +47,7 @@ def test_the_operator_stops_onnx_without_the_row(make_agent):
     make_agent(selection=f"all,-{ROW}")
     with pytest.raises(Exception) as failure:
         torch.onnx.export(AllPositive(), (torch.ones(3, 4),), dynamo=True, verbose=False)
-    chain, error = [], failure.value
-    while error is not None:
-        chain.append(str(error))
-        error = error.__cause__ or error.__context__
+    chain = [str(error) for error in causes(failure.value)]
     assert any("No ONNX function found" in text and "_is_all_true" in text for text in chain), chain[-1][:300]
 
 

@@ -19,7 +19,7 @@ from autopatch import registry
 from autopatch.diffs import format_diff
 from autopatch.rewrite import NotRewritable, rewrite_tensor_conditions
 from autopatch.spec import PatchSpec
-from conftest import clean_env, run_py
+from conftest import clean_env, needs_onnx, run_py
 
 import rewrite_target as target
 
@@ -292,8 +292,7 @@ print("EXPORTED", sorted(autopatch.last_export_report()["patches"]))
 def test_auto_works_under_torch_onnx_export_too():
     """torch.onnx.export wraps torch.export's guard error in a TorchExportError (its __cause__): auto mode finds it
     there, rewrites, converts again; onnxruntime takes every branch as eager does."""
-    for package in ("onnx", "onnxscript", "onnxruntime"):
-        pytest.importorskip(package, reason="torch.onnx.export(dynamo=True) needs the onnx extra")
+    needs_onnx()
     tests = str(registry.__file__).rsplit("/autopatch/", 1)[0] + "/tests"
     done = run_py(ONNX_AUTO_CODE, EXPORT_PATCHES="1", EXPORT_PATCHES_REWRITE="auto", PYTHONPATH=tests)
     assert done.returncode == 0, done.stderr[-3000:]

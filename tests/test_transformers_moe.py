@@ -10,7 +10,8 @@ import autopatch
 import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
-from conftest import requires
+from autopatch.errors import causes
+from conftest import needs_onnx, requires
 
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, vocab_size=128, max_position_embeddings=256)
@@ -170,11 +171,6 @@ ONNX_ROW = "transformers.moe.onnx_grouped_mm"
 ONNX_MODELS = [pytest.param(name, marks=requires("transformers>=5")) for name in ("mixtral", "qwen3_moe", "deepseek_v3")]
 
 
-def _needs_onnx():
-    for package in ("onnx", "onnxscript", "onnxruntime"):
-        pytest.importorskip(package, reason="ONNX export needs the onnx extra (autopatch[onnx])")
-
-
 def _onnx_export(model, inputs, dynamic_shapes):
     with torch.no_grad():
         return torch.onnx.export(model, (), kwargs=zoo.copy_inputs(inputs), dynamic_shapes=dynamic_shapes,
@@ -187,22 +183,19 @@ def _every_row_but(make_agent, row):
 
 @pytest.mark.parametrize("name", ONNX_MODELS)
 def test_onnx_export_of_5x_experts_fails_without_the_row(make_agent, name):
-    _needs_onnx()
+    needs_onnx()
     model, config = _build(name)
     traced, other, _ = _decode_sets(model, config)
     _every_row_but(make_agent, ONNX_ROW)
     with pytest.raises(Exception) as failure:
         _onnx_export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
-    chain, error = [], failure.value
-    while error is not None:
-        chain.append(str(error))
-        error = error.__cause__ or error.__context__
+    chain = [str(error) for error in causes(failure.value)]
     assert any("No ONNX function found" in text and "grouped_mm_fallback" in text for text in chain), chain[-1][:300]
 
 
 @pytest.mark.parametrize("name", ONNX_MODELS)
 def test_onnx_program_of_5x_experts_matches_eager_at_other_sizes(make_agent, name):
-    _needs_onnx()
+    needs_onnx()
     model, config = _build(name)
     traced, other, third = _decode_sets(model, config)
     own = make_agent()
@@ -235,7 +228,7 @@ class _GroupedMatmul(torch.nn.Module):
                          ids=["empty-middle", "empty-first", "sentinel-tail", "all-sentinels", "every-expert"])
 @requires("transformers>=5")
 def test_translation_of_the_operator_matches_it_for_every_routing(make_agent, offs):
-    _needs_onnx()
+    needs_onnx()
     import transformers.integrations.moe  # noqa: F401 - defines the operator
 
     module = _GroupedMatmul()
@@ -255,7 +248,7 @@ def test_translation_of_the_operator_matches_it_for_every_routing(make_agent, of
 
 @requires("transformers>=5")
 def test_the_translation_is_registered_only_inside_an_export(make_agent):
-    _needs_onnx()
+    needs_onnx()
     import transformers.integrations.moe  # noqa: F401 - defines the operator
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 

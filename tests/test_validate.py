@@ -9,7 +9,7 @@ import sys
 import pytest
 import transformers
 
-from conftest import REPO, clean_env, requires
+from conftest import REPO, clean_env, needs_onnx, requires
 
 STAGES = ["build", "export", "run"]
 ONNX_STAGES = STAGES + ["onnx", "onnxruntime"]
@@ -27,11 +27,6 @@ def _report(*args):
     return out.returncode, json.loads(out.stdout)
 
 
-def _needs_onnx():
-    for name in ("onnx", "onnxscript", "onnxruntime"):
-        pytest.importorskip(name, reason="--onnx needs the onnx extra (autopatch[onnx])")
-
-
 @pytest.mark.parametrize("arch, step, leaves", [("llama", "decode", 5), ("t5", "decode", 10), ("mamba", "decode", 5),
                                                 ("llava", "prefill", 2)])
 def test_validate_passes_with_every_leaf_compared(arch, step, leaves):
@@ -47,7 +42,7 @@ def test_validate_passes_with_every_leaf_compared(arch, step, leaves):
 
 @pytest.mark.parametrize("arch", ["llama", "t5"])
 def test_validate_with_onnx_runs_onnxruntime_against_eager(arch):
-    _needs_onnx()
+    needs_onnx()
     code, report = _report("--arch", arch, "--step", "decode", "--onnx")
     assert code == 0 and report["ok"], report
     assert [s["stage"] for s in report["stages"]] == ONNX_STAGES
@@ -63,7 +58,7 @@ def test_an_onnx_failure_names_what_stopped_the_conversion_and_the_patches_the_c
     """A 5.x MoE model: without the grouped-matmul row, the onnx stage names the operator torch.onnx could not
     translate (the cause under torch's ConversionError, no terminal colour codes); with it, every stage passes and
     the row counts among the patches used, though only the ONNX conversion uses it."""
-    _needs_onnx()
+    needs_onnx()
     row = "transformers.moe.onnx_grouped_mm"
     code, report = _report("--arch", "mixtral", "--onnx", "--patches", f"all,-{row}")
     assert code == 1 and [s["ok"] for s in report["stages"]] == [True, True, True, False], report
@@ -86,7 +81,7 @@ def test_a_specialized_dim_is_named_with_torchs_reason_line():
 
 @requires("transformers>=5.13")
 def test_the_run_time_checks_an_onnx_model_drops_are_named_with_the_patch_that_made_them():
-    _needs_onnx()
+    needs_onnx()
     import onnx
 
     code, report = _report("--builder", "validate_target:jamba_steps_of_several_tokens", "--onnx")
@@ -98,6 +93,14 @@ def test_the_run_time_checks_an_onnx_model_drops_are_named_with_the_patch_that_m
     assert "transformers.jamba.selective_scan x2" in stage["detail"]
     graph = onnx.load(stage["path"], load_external_data=False).graph  # indeed not in the model
     assert not any("assert" in node.op_type.lower() for node in graph.node)
+
+
+def test_a_failed_stage_names_the_model_code_it_came_from():
+    code, report = _report("--builder", "validate_target:refuses")
+    export = report["stages"][1]
+    assert code == 1 and export["stage"] == "export" and not export["ok"], report
+    assert "this model refuses to be traced" in export["error"]
+    assert export["location"].endswith("in forward") and "validate_target.py:" in export["location"], export
 
 
 def test_the_text_report_reads_at_a_glance():

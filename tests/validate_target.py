@@ -34,3 +34,12 @@ def jamba_steps_of_several_tokens():
     a = builders.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
     b = builders.decode_inputs(model, config, batch=3, past=8, seq=2, seed=2)
     return model, a, b
+
+
+class Refuses(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("this model refuses to be traced")  # the line validate must name
+
+
+def refuses():
+    return Refuses(), {"x": torch.randn(2, 3)}, {"x": torch.randn(3, 4)}

@@ -10,47 +10,23 @@ function cannot be rewritten, the original error is raised with a note saying wh
 
 from __future__ import annotations
 
-import os
 import sys
-import sysconfig
-import traceback
 
+from ..errors import causes, outside_frames
 from ..spec import PatchSpec
 
 PREFIX = "rewrite.auto."
 MAX_ROUNDS = 8
 
 
-def _library_roots() -> tuple[str, ...]:
-    import torch
-
-    roots = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
-             sysconfig.get_paths()["stdlib"]]
-    return tuple(os.path.realpath(root) + os.sep for root in roots)
-
-
-def _guard_error(exc):
-    """The data-dependent guard error behind ``exc``: itself, or the cause an exporter wrapped it in
-    (``torch.onnx.export`` raises a TorchExportError whose ``__cause__`` is torch.export's error)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if type(exc).__name__ == "GuardOnDataDependentSymNode":
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
 def failing_function(exc):
     """``(module, qualname, line)`` of the function whose condition raised the data-dependent guard ``exc`` (or
     the guard error it wraps), or a string saying why there is none."""
-    exc = _guard_error(exc)
+    # torch.onnx.export raises a TorchExportError whose cause is torch.export's guard error.
+    exc = next((e for e in causes(exc) if type(e).__name__ == "GuardOnDataDependentSymNode"), None)
     if exc is None:
         return "not a data-dependent guard"
-    roots = _library_roots()
-    frames = [(frame, line) for frame, line in traceback.walk_tb(exc.__traceback__)
-              if not os.path.realpath(frame.f_code.co_filename).startswith(roots)
-              and not frame.f_code.co_filename.startswith("<")]
+    frames = outside_frames(exc.__traceback__)
     if not frames:
         return "no frame outside torch"
     frame, line = frames[-1]
