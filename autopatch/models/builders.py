@@ -227,6 +227,19 @@ def hybrid_cache_class(model):
     return None
 
 
+def empty_hybrid_cache(model, config, batch):
+    """The model's own hybrid cache, empty. Some 4.x classes (FalconH1) take one device per layer and have no
+    default for it."""
+    import inspect
+
+    import torch
+
+    cls = hybrid_cache_class(model)
+    if "devices" in inspect.signature(cls.__init__).parameters:
+        return cls(config, batch, torch.float32, devices=["cpu"] * config.num_hidden_layers)
+    return cls(config, batch, torch.float32)
+
+
 def decode_inputs(model, config, batch, past, seq, seed, cache_position=False, pads=None):
     """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects.  With
     ``pads`` that prefill is left-padded (its mask and positions as generate() gives them), and the step's mask
@@ -244,7 +257,7 @@ def decode_inputs(model, config, batch, past, seq, seed, cache_position=False, p
     hybrid = not cache_position and hybrid_cache_class(model) is not None
     if hybrid:
         # transformers 4.x hybrid mamba models return no cache unless they are given an empty one
-        prefill["past_key_values"] = hybrid_cache_class(model)(config, batch, torch.float32)
+        prefill["past_key_values"] = empty_hybrid_cache(model, config, batch)
         prefill["cache_position"] = torch.arange(past)
     with torch.no_grad():
         name, cache = find_cache(model(**prefill))
