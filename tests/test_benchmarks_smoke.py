@@ -5,6 +5,7 @@ patterns, a left-padded twin of every decoder and vision-language case), the com
 of the output's structure, and the commit every results file records.  Structure and statuses only: no timing is
 asserted."""
 
+import copy
 import json
 import re
 import subprocess
@@ -304,6 +305,33 @@ def test_compare_walks_dict_states_and_the_structure():
     assert not same and "['past_key_values'].layers[0].recurrent_states[0]: max abs diff 1" in detail, detail
     same, detail = _child.compare(_output(drop_state=True), _output())
     assert not same and detail.startswith("structure: ") and "recurrent_states[0]" in detail, detail
+
+
+def test_compare_scales_its_tolerance_to_the_output_dtype():
+    """float32 leaves keep 1e-4; a float16 leaf's tolerance is two of its eps, absolute and relative (onnxruntime's
+    fp16 kernels round differently from torch's): one or two ulps pass, eight do not."""
+    import _child
+
+    eager = torch.full((2, 3), 0.75, dtype=torch.float16)
+    ulp = torch.finfo(torch.float16).eps * 0.5  # spacing of float16 in [0.5, 1)
+    assert _child.compare({"logits": eager + ulp}, {"logits": eager})[0]
+    assert _child.compare({"logits": eager + 2 * ulp}, {"logits": eager})[0]
+    same, detail = _child.compare({"logits": eager + 8 * ulp}, {"logits": eager})
+    assert not same and "max abs diff" in detail, detail
+    single = torch.full((2, 3), 0.75)
+    assert not _child.compare({"logits": single + 3e-4}, {"logits": single})[0]
+
+
+@pytest.mark.parametrize("name", ["falcon_h1/decode", "bamba/decode", "jamba/decode"])
+def test_hybrid_decode_cases_build_with_the_models_own_cache(name):
+    """4.x hybrid caches are built empty before the prefill; FalconH1's wants one device per layer."""
+    import catalogue
+
+    with torch.no_grad():
+        model, *sets = catalogue.CASES[name].builder()
+        assert len(sets) == 3
+        out = model(**copy.deepcopy(sets[0]))
+    assert torch.isfinite(out.logits).all()
 
 
 class _ExportDropsAState(torch.nn.Module):
