@@ -16,6 +16,10 @@ The export code is plain torch.export: the column decides only what is around it
   onnx_diagnostic with onnx_diagnostic.torch_export_patches(patch_transformers=True): export and run
   onnx_diagnostic_off  the control: the same interpreter, onnx-diagnostic imported and its context entered with
                   every patch off (what its install alone does; it should match 'none')
+  onnx, onnx_autopatch, onnx_diagnostic_onnx
+                  torch.onnx.export(dynamo=True) of the same model and dynamic shapes instead of torch.export, the
+                  file checked by onnx.checker and run by onnxruntime (CPU): no patches, EXPORT_PATCHES=1, and
+                  onnx-diagnostic's torch_export_patches around export and run
 """
 
 from __future__ import annotations
@@ -141,6 +145,10 @@ HF_EXPORTERS = {"hf_dynamo": "dynamo", "hf_dynamo_autopatch": "dynamo", "hf_onnx
                 "hf_onnx_autopatch": "onnx"}
 
 
+#: Columns that convert to ONNX (torch.onnx.export, dynamo=True) and run the file with onnxruntime.
+ONNX_COLUMNS = ("onnx", "onnx_autopatch", "onnx_diagnostic_onnx")
+
+
 def reference(column: str, model, inputs: dict):
     """Eager's outputs for the comparison. transformers' exporters pop the output flags (``use_cache``...) from the
     inputs and apply them to ``model.config`` for the trace (``patch_model_config``: only where the config declares
@@ -174,7 +182,7 @@ def column_context(column: str, result: dict):
         helper()
         result["helpers"] = ["transformers.integrations.executorch.register_dynamic_cache_export_support"]
         return contextlib.nullcontext()
-    if column in ("onnx_diagnostic", "onnx_diagnostic_off"):
+    if column.startswith("onnx_diagnostic"):
         from onnx_diagnostic.torch_export_patches import torch_export_patches
 
         if column == "onnx_diagnostic_off":
@@ -196,9 +204,46 @@ def export(column: str, case, model, a, b):
         return lambda inputs: exported(**inputs)
     shapes = case.dynamic_shapes(a) if case.dynamic_shapes else guess_dynamic_shapes(a, b)
     shapes = fit_to_signature(model, shapes)
+    if column in ONNX_COLUMNS:
+        return export_onnx(model, a, shapes)
     program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes,
                                   strict=column == "autopatch_strict")
     return lambda inputs: program.module()(**inputs)
+
+
+def export_onnx(model, a: dict, shapes):
+    """torch.onnx.export(dynamo=True) as a user writes it, the file saved and checked by onnx.checker; returns the
+    function that runs it with onnxruntime and rebuilds the program's output tree from the flat ONNX outputs (so
+    that every leaf and the structure are compared, as for the other columns)."""
+    import tempfile
+
+    import onnx
+    import torch
+
+    program = torch.onnx.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes, dynamo=True,
+                                verbose=False)
+    path = os.path.join(tempfile.mkdtemp(prefix="autopatch-coverage-onnx-"), "model.onnx")
+    program.save(path)
+    onnx.checker.check_model(path)
+    out_spec = program.exported_program.call_spec.out_spec
+
+    def run(inputs):
+        flat = program(**inputs)  # onnxruntime, CPU provider; outputs in the program's pytree order
+        return torch.utils._pytree.tree_unflatten(list(flat), out_spec)
+
+    return run
+
+
+def error_text(exc: BaseException) -> str:
+    """The error's first line, and its innermost cause's: torch.onnx wraps what stopped it (torch.export's guard,
+    a missing ONNX translation) in an error whose own first line names only the step."""
+    import re
+
+    from autopatch.errors import causes
+
+    *_, cause = causes(exc)
+    text = first_line(exc) + ("" if cause is exc else " <- " + first_line(cause))
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)  # torch.onnx colours its step names
 
 
 def run_case(case_name: str, column: str) -> dict:
@@ -246,7 +291,7 @@ def run_case(case_name: str, column: str) -> dict:
                 run = export(column, case, model, a, b)
                 result["export_seconds"] = round(time.perf_counter() - t0, 3)
             except Exception as exc:
-                result.update(status="export_error", error=first_line(exc))
+                result.update(status="export_error", error=error_text(exc))
                 return result
             try:
                 got = run(copy.deepcopy(c))

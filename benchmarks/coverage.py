@@ -31,9 +31,10 @@ REPO = HERE.parent
 RESULTS = HERE / "results"
 CHILD = HERE / "_child.py"
 COLUMNS = ["none", "autopatch", "autopatch_strict", "transformers", "onnx_diagnostic", "onnx_diagnostic_off",
-           "hf_dynamo", "hf_dynamo_autopatch", "hf_onnx", "hf_onnx_autopatch"]
+           "hf_dynamo", "hf_dynamo_autopatch", "hf_onnx", "hf_onnx_autopatch", "onnx", "onnx_autopatch",
+           "onnx_diagnostic_onnx"]
 #: Columns whose children run with EXPORT_PATCHES=1 (zero-code activation).
-AGENT_COLUMNS = ("autopatch", "autopatch_strict", "hf_dynamo_autopatch", "hf_onnx_autopatch")
+AGENT_COLUMNS = ("autopatch", "autopatch_strict", "hf_dynamo_autopatch", "hf_onnx_autopatch", "onnx_autopatch")
 DEFAULT_OD_PYTHON = "/tmp/autopatch-bench/od-{tag}/bin/python"
 
 

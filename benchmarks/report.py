@@ -24,7 +24,9 @@ TITLES = {"none": "no patches", "autopatch": "autopatch", "autopatch_strict": "a
           "transformers": "transformers' own", "onnx_diagnostic": "onnx-diagnostic",
           "onnx_diagnostic_off": "onnx-diagnostic installed, patches off",
           "hf_dynamo": "DynamoExporter", "hf_dynamo_autopatch": "DynamoExporter + autopatch",
-          "hf_onnx": "OnnxExporter", "hf_onnx_autopatch": "OnnxExporter + autopatch"}
+          "hf_onnx": "OnnxExporter", "hf_onnx_autopatch": "OnnxExporter + autopatch",
+          "onnx": "ONNX, no patches", "onnx_autopatch": "ONNX + autopatch",
+          "onnx_diagnostic_onnx": "ONNX + onnx-diagnostic"}
 STATUSES = ["ok", "export_error", "run_error", "wrong_result", "build_error", "timeout", "crash", "harness_error",
             "unavailable", "n/a", "not_run"]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from conftest import needs_onnx
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -390,6 +391,25 @@ def test_transformers_exporter_and_strict_columns_then_a_merge(tmp_path):
         assert "pytree.dynamic_cache" in results["hf_onnx_autopatch"]["patches"]
     else:  # transformers.exporters appeared in 5.x
         assert results["hf_onnx"]["status"] == results["hf_onnx_autopatch"]["status"] == "n/a"
+
+
+def test_onnx_columns_convert_check_and_run_with_onnxruntime(tmp_path):
+    """The ONNX columns: torch.onnx.export(dynamo=True) of the case's model and shapes, onnx.checker, onnxruntime
+    on inputs of other sizes, every leaf and the structure against eager (the program's output tree rebuilt from
+    the flat ONNX outputs); without patches the cache stops torch.export, and the error names the cause."""
+    needs_onnx()
+    out = tmp_path / "coverage.json"
+    subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--cases", "torch_mlp/forward", "llama/decode",
+                    "--columns", "onnx", "onnx_autopatch", "--workers", "1", "--timeout", "240", "--no-docs",
+                    "--out", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    cases = {case["name"]: case["results"] for case in json.loads(out.read_text())["cases"]}
+    assert cases["torch_mlp/forward"]["onnx"]["status"] == "ok", cases["torch_mlp/forward"]["onnx"]
+    decode = cases["llama/decode"]
+    assert decode["onnx"]["status"] == "export_error"
+    assert "DynamicCache" in decode["onnx"]["error"] and "\x1b" not in decode["onnx"]["error"]
+    assert decode["onnx_autopatch"]["status"] == "ok", decode["onnx_autopatch"]
+    assert "over 5 tensors" in decode["onnx_autopatch"]["detail"]  # logits and both layers' keys and values
+    assert "torch.onnx.output_names_from_paths" in decode["onnx_autopatch"]["patches"]
 
 
 def test_torch_release_results_render_with_their_commit():
