@@ -880,6 +880,19 @@ PATCHES = (
         "computes; the check itself is not in the ONNX model (validate lists such checks).",
     ),
     PatchSpec(
+        id="torch.onnx.sdpa_masked_rows",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.patches.onnx_translations:install_sdpa_masked_rows",
+        requires=TORCH,
+        reason="scaled_dot_product_attention answers zeros for a query row whose boolean mask hides every key; "
+        "torch.onnx's translation answers the mean of the values, so the ONNX model of every left-padded batch "
+        "disagrees with eager at the padding positions (measured up to 0.5 in the logits). The same translation "
+        "with those rows zeroed, in the registries built while the thread exports.",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",

@@ -1,7 +1,9 @@
 """torch.onnx.is_all_true: torch._check_tensor_all leaves aten._is_all_true in a program, which torch.onnx.export
 cannot translate; every vision-language model with transformers' 5.x image-token checks stopped there. Fails
 without the row, converts with it, onnxruntime matches eager; the translation computes what the operator does.
-(The grouped-matmul translation is proven in test_transformers_moe.py.)"""
+torch.onnx.sdpa_masked_rows: a query row whose boolean mask hides every key (each padding token of a left-padded
+batch) is zero in torch and the mean of the values in torch.onnx's translation; wrong at those positions without
+the row, equal to eager everywhere with it. (The grouped-matmul translation is proven in test_transformers_moe.py.)"""
 
 import json
 import subprocess
@@ -15,6 +17,7 @@ from autopatch.errors import causes
 from conftest import REPO, clean_env, needs_onnx, requires
 
 ROW = "torch.onnx.is_all_true"
+MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
 
 
 @pytest.fixture(autouse=True)
@@ -69,4 +72,63 @@ def test_a_vision_language_prefill_reaches_onnxruntime(make_agent):
     assert report["ok"], report
     assert report["patches_used"][ROW] >= 1
     assert report["stages"][3]["dropped_checks"], report["stages"][3]
+    assert all(leaf["max_abs"] < 1e-4 for leaf in report["stages"][4]["leaves"].values())
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _attention_inputs(batch: int, length: int, hidden_rows: int, boolean: bool = True):
+    """Causal attention whose last sample has its first ``hidden_rows`` queries masked at every key (left
+    padding: a padding token attends to nothing); as a boolean mask or as the additive float mask of the same."""
+    q, k, v = (torch.randn(batch, 2, length, 8) for _ in range(3))
+    mask = torch.ones(batch, 1, length, length, dtype=torch.bool).tril()
+    mask[-1, :, :hidden_rows, :] = False
+    if not boolean:
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    return q, k, v, mask
+
+
+def _export_attention(boolean: bool = True):
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    qkv = {0: batch, 2: length}
+    with torch.no_grad():
+        return torch.onnx.export(Attention(), _attention_inputs(2, 5, 2, boolean), dynamo=True, verbose=False,
+                                 dynamic_shapes=(qkv, qkv, qkv, {0: batch, 2: length, 3: length}))
+
+
+def test_rows_that_hide_every_key_are_zero_as_in_torch(make_agent):
+    make_agent()
+    program = _export_attention()
+    assert autopatch.last_export_report()["patches"][MASKED_ROWS] == 1
+    inputs = _attention_inputs(3, 7, 4)  # other batch, length and padding than traced
+    expected = Attention()(*inputs)
+    assert torch.equal(expected[-1, :, :4], torch.zeros_like(expected[-1, :, :4]))  # torch's answer for them
+    torch.testing.assert_close(torch.as_tensor(program(*inputs)[0]), expected)
+
+
+def test_without_the_row_the_padding_rows_differ_and_float_masks_need_nothing(make_agent):
+    make_agent(selection=f"all,-{MASKED_ROWS}")
+    inputs = _attention_inputs(3, 7, 4)
+    got, expected = torch.as_tensor(_export_attention()(*inputs)[0]), Attention()(*inputs)
+    assert (got[-1, :, :4] - expected[-1, :, :4]).abs().max() > 0.05  # the mean of the values, not zero
+    torch.testing.assert_close(got[:, :, 4:], expected[:, :, 4:])  # rows that attend to a key agree
+    # A float mask hides nothing for torch either: its rows are the mean of the values on both sides.
+    inputs = _attention_inputs(3, 7, 4, boolean=False)
+    program = _export_attention(boolean=False)
+    torch.testing.assert_close(torch.as_tensor(program(*inputs)[0]), Attention()(*inputs))
+
+
+@requires("transformers>=5")
+def test_a_left_padded_prefill_matches_eager_at_every_position(make_agent):
+    """transformers 5.x gives SDPA boolean masks: a padded Llama prefill through ONNX differs from eager at the
+    padding positions without the row (logits and the cache there), matches everywhere with it."""
+    without = _validate("--arch", "llama", "--step", "prefill", "--padded", "--onnx", "--patches",
+                        f"all,-{MASKED_ROWS}")
+    assert [s["ok"] for s in without["stages"]] == [True, True, True, True, False], without
+    report = _validate("--arch", "llama", "--step", "prefill", "--padded", "--onnx")
+    assert report["ok"], report
+    assert report["patches_used"][MASKED_ROWS] >= 1
     assert all(leaf["max_abs"] < 1e-4 for leaf in report["stages"][4]["leaves"].values())

@@ -22,6 +22,13 @@ Rows share one wrapper around ``from_torchlib``; each adds or removes its own en
   has no ``_is_all_true``: every vision-language model stopped there.  Translated as what it computes (all
   elements true; true for an empty tensor); the check itself is gone from the ONNX model, as every run-time
   check is (``autopatch validate`` lists them).
+* ``torch.onnx.sdpa_masked_rows``: torch's ``scaled_dot_product_attention`` answers zeros for a query row whose
+  boolean mask hides every key (its safe softmax); torchlib's translation adds the mask as a large negative
+  number and answers the mean of the values instead. Every left-padded batch has such rows (the padding tokens'
+  own), and transformers 5.x gives SDPA boolean masks, so the ONNX model of a padded prefill disagrees with
+  eager at the padding positions (logits, hidden states, the cache entries there), measured up to 0.5. The
+  translation is torchlib's own, with those rows set to zero as torch sets them; float masks are left as they
+  are (torch does not zero them either).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from .. import scope
 
 GROUPED_MM = "transformers.moe.onnx_grouped_mm"
 IS_ALL_TRUE = "torch.onnx.is_all_true"
+SDPA_MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
 
 #: patch id -> [operator resolver, translation, installs]: the rows installed now; the shared wrapper registers
 #: them all.
@@ -95,6 +103,35 @@ def is_all_true_to_onnx(self):
     scope.count_hit(IS_ALL_TRUE)
     as_int = op.Cast(self, to=ir.DataType.INT32)
     return op.Cast(op.ReduceMin(op.Reshape(as_int, op.Constant(value_ints=[-1])), keepdims=0), to=ir.DataType.BOOL)
+
+
+def _sdpa_op():
+    import torch
+
+    return torch.ops.aten.scaled_dot_product_attention.default
+
+
+def sdpa_to_onnx(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """``aten::scaled_dot_product_attention`` as torchlib translates it, then, under a boolean mask, the rows
+    that attend to no key set to zero (torch's answer for them)."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops import nn
+
+    output = nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                  enable_gqa)
+    if attn_mask is None or attn_mask.dtype != ir.DataType.BOOL:
+        return output
+    scope.count_hit(SDPA_MASKED_ROWS)
+    # [..., L, 1]: 1 where the row attends to some key; broadcasts over heads and the value dim like the mask.
+    attends = op.ReduceMax(op.Cast(attn_mask, to=ir.DataType.FLOAT), op.Constant(value_ints=[-1]), keepdims=1)
+    hides_every_key = op.Equal(attends, op.Constant(value_float=0.0))
+    return op.Where(hides_every_key, op.CastLike(op.Constant(value_float=0.0), output), output)
+
+
+def install_sdpa_masked_rows(owner, name, raw):
+    """Installer of ``torch.onnx.sdpa_masked_rows`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(SDPA_MASKED_ROWS, _sdpa_op, sdpa_to_onnx, owner, name, raw)
 
 
 def install_onnx_grouped_mm(owner, name, raw):
