@@ -890,7 +890,8 @@ PATCHES = (
         reason="scaled_dot_product_attention answers zeros for a query row whose boolean mask hides every key; "
         "torch.onnx's translation answers the mean of the values, so the ONNX model of every left-padded batch "
         "disagrees with eager at the padding positions (measured up to 0.5 in the logits). The same translation "
-        "with those rows zeroed, in the registries built while the thread exports.",
+        "with those rows zeroed (a ReduceMax, an Equal and a Where per attention), in the registries built while "
+        "the thread exports.",
     ),
     PatchSpec(
         id="transformers.moe.onnx_grouped_mm",

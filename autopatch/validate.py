@@ -8,7 +8,8 @@ innermost frame of model or user code it came from:
     export       torch.export.export from A (strict or not), dynamic shapes guessed from A and B unless given;
                  then every dim that differs between A and B must still be symbolic in the program's inputs
     run          the program on B and C, every output leaf against eager's (max abs and relative error, by path)
-    onnx         (--onnx) torch.onnx.export(dynamo=True) of the same model and shapes, saved: size, node count
+    onnx         (--onnx) torch.onnx.export(dynamo=True) of the same model and shapes, saved: size, node count;
+                 every dim symbolic in the program must be symbolic in the ONNX graph's inputs and outputs
     onnxruntime  (--onnx) the ONNX model on B and C, through onnxruntime's CPU provider, against eager
 
 The model comes from one of three sources: an architecture built tiny offline (``autopatch.models.tiny``), a local
@@ -277,14 +278,46 @@ def _onnx(state) -> dict:
     program.save(path)
     state["onnx_program"] = program
     size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
-    nodes = len(onnx.load(path, load_external_data=False).graph.node)
+    graph = onnx.load(path, load_external_data=False).graph
+    fixed, symbolic = onnx_fixed_dims(graph, program.exported_program)
+    if fixed:
+        raise StageFailed("dims symbolic in the program are fixed in the ONNX graph: " + ", ".join(fixed))
+    nodes = len(graph.node)
     dropped = _run_time_checks(state["program"])
-    detail = f"{size / 1e6:.2f} MB, {nodes} nodes ({path})"
+    detail = f"{size / 1e6:.2f} MB, {nodes} nodes, {symbolic} dims symbolic as in the program ({path})"
     if dropped:
         detail += "; run-time checks the ONNX model does not make: " + ", ".join(
             f"{check['by']} x{check['count']}" for check in dropped)
-    return {"detail": detail, "path": path, "bytes": size, "nodes": nodes, "patches": _hits_of_last_export(),
-            "dropped_checks": dropped}
+    return {"detail": detail, "path": path, "bytes": size, "nodes": nodes, "symbolic_dims": symbolic,
+            "patches": _hits_of_last_export(), "dropped_checks": dropped}
+
+
+def onnx_fixed_dims(graph, program) -> tuple:
+    """The dims of the ONNX graph's inputs and outputs that the program it was converted from keeps symbolic but
+    the graph fixes to a number (``input_ids.shape[1] = 3``: a runtime would refuse every other size), and how
+    many symbolic dims were checked. Inputs pair with the program's user inputs by name, outputs by position."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    users = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    inputs = {name: placeholders[name].meta.get("val") for name in users if name in placeholders}
+    returned = next(node for node in program.graph.nodes if node.op == "output").args[0]
+    outputs = [getattr(node, "meta", {}).get("val") for node in returned]
+    pairs = [(value, inputs.get(value.name)) for value in graph.input]
+    pairs += list(zip(graph.output, outputs))
+    fixed, symbolic = [], 0
+    for value, traced in pairs:
+        if not isinstance(traced, torch.Tensor):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for index, (size, dim) in enumerate(zip(traced.shape, dims)):
+            if not isinstance(size, torch.SymInt) or size.node.maybe_as_int() is not None:
+                continue
+            symbolic += 1
+            if dim.HasField("dim_value"):
+                fixed.append(f"{value.name}.shape[{index}] = {dim.dim_value}")
+    return fixed, symbolic
 
 
 #: Assertions on values a program makes at run time (not tensor metadata checks): torch.onnx drops them, so an

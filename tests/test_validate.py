@@ -48,6 +48,7 @@ def test_validate_with_onnx_runs_onnxruntime_against_eager(arch):
     assert [s["stage"] for s in report["stages"]] == ONNX_STAGES
     onnx, ort = report["stages"][3], report["stages"][4]
     assert onnx["nodes"] > 0 and onnx["bytes"] > 0
+    assert onnx["symbolic_dims"] >= report["stages"][1]["dynamic_dims"]  # inputs and outputs both checked
     names = list(ort["leaves"])
     assert names[0] == "logits" and any(name.startswith("past_key_values") for name in names), names
     assert all(leaf["max_abs"] < 1e-4 for leaf in ort["leaves"].values())
@@ -71,6 +72,26 @@ def test_an_onnx_failure_names_what_stopped_the_conversion_and_the_patches_the_c
 
 
 @requires("transformers>=5.13")
+def test_an_onnx_graph_that_fixes_a_dim_the_program_keeps_symbolic_is_named():
+    """The ONNX check pairs the graph's inputs (by name) and outputs (by position) with the program's: a graph
+    converted from a static export fixes the dims a dynamic program of the same module keeps symbolic."""
+    needs_onnx()
+    import torch
+
+    from autopatch.validate import onnx_fixed_dims
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    x = torch.ones(2, 3)
+    dynamic = torch.export.export(Scale(), (x,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    static = torch.onnx.export(Scale(), (x,), dynamo=True, verbose=False).model_proto.graph
+    assert onnx_fixed_dims(static, dynamic) == (["x.shape[0] = 2", f"{static.output[0].name}.shape[0] = 2"], 2)
+    same = torch.onnx.export(dynamic, dynamo=True, verbose=False).model_proto.graph
+    assert onnx_fixed_dims(same, dynamic) == ([], 2)
+
+
 def test_a_specialized_dim_is_named_with_torchs_reason_line():
     """torch's constraint violation says what went wrong on its second line: the report carries it."""
     code, report = _report("--arch", "mamba", "--step", "prefill", "--patches", "none")
@@ -151,6 +172,19 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
     errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch validate:")]
     assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
+    assert out.stdout == ""
+
+
+def test_onnx_without_onnxruntime_says_how_to_install_it():
+    """An environment without onnxruntime (``None`` in sys.modules is how Python itself marks a module that cannot
+    be imported): one line naming the missing package and the extra, exit code 2, nothing built."""
+    code = ("import sys; sys.modules['onnxruntime'] = None; from autopatch.cli import main; "
+            "sys.exit(main(['validate', '--arch', 'llama', '--onnx']))")
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env(), cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
+    errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch validate:")]
+    assert errors == ["autopatch validate: --onnx needs onnxruntime: pip install 'autopatch[onnx]'"], out.stderr
     assert out.stdout == ""
 
 
