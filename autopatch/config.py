@@ -38,7 +38,9 @@ VARIABLES = (
         "EXPORT_PATCHES_REPORT",
         "",
         "A JSON file path: after every export in scope the process rewrites it with the list of its exports "
-        "(entry point, thread, seconds, error, hits of every patch used).",
+        "(entry point, thread, seconds, error, hits of every patch used, and its stages: each entry point it "
+        "called, such as every try of torch.export inside torch.onnx.export, with its own seconds, error and hits; "
+        "what the outer entry did besides, such as the ONNX conversion, under `outside_stages`).",
     ),
     EnvVar(
         "EXPORT_PATCHES_REWRITE",

@@ -54,16 +54,64 @@ class ExportRun:
         self.error = None
         #: What the agent decided for this export besides patch hits (a layout it stepped aside from).
         self.notes: list[str] = []
+        #: The entry points this run called (torch.onnx.export's tries of torch.export, non-strict then strict;
+        #: torch.export.export's _export): each with its time, outcome and the hits made inside it.
+        self.stages: list[dict] = []
+        self._in_stage = False
+
+    def stage(self, entry: str, call, args, kwargs):
+        """Runs a nested entry point as one stage of this run. Only the first level is a stage: what it calls in
+        turn (torch.export.export -> _export) belongs to it."""
+        if self._in_stage:
+            return call(*args, **kwargs)
+        before, started, error = dict(self.hits), time.time(), None
+        self._in_stage = True
+        try:
+            return call(*args, **kwargs)
+        except BaseException as exc:
+            error = one_line(exc)
+            raise
+        finally:
+            self._in_stage = False
+            self.stages.append({"entry": entry, "seconds": round(time.time() - started, 3), "error": error,
+                                "patches": _added(before, self.hits)})
 
     def as_dict(self) -> dict:
-        return {
+        report = {
             "entry": self.entry,
             "thread": self.thread,
             "seconds": self.seconds,
             "error": self.error,
             "patches": dict(sorted(self.hits.items())),
             "notes": list(self.notes),
+            "stages": list(self.stages),
         }
+        if self.stages and self.seconds is not None:
+            # What the outer entry did besides its stages: for torch.onnx.export, the conversion (decompositions
+            # and translations included) and the model's eager runs.
+            inside = sum(stage["seconds"] for stage in self.stages)
+            report["outside_stages"] = {"seconds": round(max(self.seconds - inside, 0.0), 3),
+                                        "patches": _added(_summed(self.stages), self.hits)}
+        return report
+
+
+def _added(before: dict, after: dict) -> dict:
+    """The hits made since ``before``, by patch."""
+    return {key: count - before.get(key, 0) for key, count in sorted(after.items()) if count != before.get(key, 0)}
+
+
+def _summed(stages: list) -> dict:
+    total: dict = {}
+    for stage in stages:
+        for key, count in stage["patches"].items():
+            total[key] = total.get(key, 0) + count
+    return total
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: how a run names its error."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def in_export() -> bool:
@@ -199,9 +247,11 @@ def make_entry(original, record):
 
     def export_entry(*args, **kwargs):
         global _last_run
-        if _RUN.get() is not None:
-            # Nested (torch.onnx.export -> torch.export.export -> _export): the outermost call owns the run.
-            return original(*args, **kwargs)
+        outer = _RUN.get()
+        if outer is not None:
+            # Nested (torch.onnx.export -> torch.export.export -> _export): the outermost call owns the run, and
+            # the first nested level is one of its stages.
+            return outer.stage(entry_name, original, args, kwargs)
         if takes_torchscript is not None and takes_torchscript(args, kwargs):
             return original(*args, **kwargs)
         record.hit()
@@ -218,7 +268,7 @@ def make_entry(original, record):
                     if retry is None or attempt == MAX_RETRIES or not retry(exc):
                         raise
         except BaseException as exc:
-            run.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            run.error = one_line(exc)
             raise
         finally:
             for undo in reversed(undos):

@@ -163,6 +163,29 @@ def test_onnx_dynamo_export_is_in_scope(agent):
     assert report["entry"] == "torch.onnx.export" and report["patches"] == {"test.double": 1}
 
 
+def test_onnx_export_reports_each_try_of_torch_export_as_a_stage(agent):
+    """EXPORT_PATCHES_REPORT / last_export_report: torch.onnx.export's tries of torch.export (non-strict, then
+    strict) are stages of its one run, each with its time, error and the hits made inside it; the conversion is
+    what the run did outside them."""
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs the optional onnxscript package")
+    torch.onnx.export(scope_target.UsesDouble(), (torch.arange(4.0),), dynamo=True, verbose=False,
+                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    report = autopatch.last_export_report()
+    assert [(s["entry"], s["error"], s["patches"]) for s in report["stages"]] == [
+        ("torch.export.export", None, {"test.double": 1})]
+    assert report["outside_stages"]["seconds"] > 0 and report["outside_stages"]["patches"] == {}
+
+    class BranchesOnData(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else -x
+
+    with pytest.raises(Exception):
+        torch.onnx.export(BranchesOnData(), (torch.ones(3),), dynamo=True, verbose=False)
+    report = autopatch.last_export_report()
+    assert [s["entry"] for s in report["stages"]] == ["torch.export.export", "torch.export.export"]  # two tries
+    assert all(s["error"] for s in report["stages"]) and report["error"], report
+
+
 def test_onnx_torchscript_export_is_not_in_scope(agent, tmp_path):
     """torch.onnx.export(dynamo=False) traces with torch.jit, which the replacements (written for torch.export)
     are not for: the model runs the originals, as without autopatch, and no export run is recorded."""
