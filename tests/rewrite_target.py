@@ -34,12 +34,6 @@ def carried_through_a_loop(x, steps: int):
     return total, count
 
 
-def returns_inside(x):
-    if x.sum() > 0:
-        return x
-    return -x
-
-
 def assigns_an_attribute(holder, x):
     if x.sum() > 0:
         holder.seen = x
@@ -61,10 +55,143 @@ def hands_on_a_tuple(x):
     return out
 
 
-class ReturnsEarly(torch.nn.Module):
-    """An ``if`` on a tensor that returns: torch.cond cannot express it, so it cannot be rewritten."""
+class ReturnsInALoop(torch.nn.Module):
+    """An ``if`` on a tensor that returns from inside a loop: the rest of the function is not its other path, so
+    it cannot be rewritten."""
+
+    def forward(self, x):
+        for _ in range(2):
+            if x.sum() > 0:
+                return x * 2
+            x = x - 1
+        return -x
+
+
+# --- what people write: each pattern's model, and inputs that take each of its paths (issue 21) -----------------
+# Inputs are (batch, path) -> args: the batch is the dynamic size, the path which way the data sends the function.
+
+
+class EarlyReturn(torch.nn.Module):
+    """``if c: return a`` then the rest of the body."""
+
+    paths = 2
+
+    def forward(self, x, mask):
+        if mask.all():
+            return x
+        return x * mask
+
+    @staticmethod
+    def inputs(batch, path):
+        return torch.randn(batch, 4), torch.ones(batch, 4) if path == 0 else (torch.rand(batch, 4) > 0.5).float()
+
+
+def _signed(batch, path):
+    """Three paths by the sign of the sum: big positive, big negative, in between."""
+    return (torch.rand(batch, 4) - 0.5) * 0.1 / batch + (3.0, -3.0, 0.0)[path],
+
+
+class ElifChain(torch.nn.Module):
+    """``if/elif/else`` each returning, a tuple of tensors."""
+
+    paths = 3
+
+    def forward(self, x):
+        total = x.sum()
+        if total > 1:
+            return x * 2, total
+        elif total < -1:
+            y = -x
+            return y, total
+        else:
+            return x + 1, total * 0
+
+    inputs = staticmethod(_signed)
+
+
+def gate(x, mask):
+    """A module-level helper with an early return, called from a model's forward."""
+    if mask.any():
+        y = x.masked_fill(mask, 0.0)
+        return y
+    return x + 1
+
+
+class CallsAHelper(torch.nn.Module):
+    """Its forward calls ``gate``, whose ``if`` stops the export."""
+
+    paths = 2
+
+    def forward(self, x, mask):
+        return gate(x, mask) * 3
+
+    @staticmethod
+    def inputs(batch, path):
+        return torch.randn(batch, 4), (torch.rand(batch, 4) > 0.5) if path == 0 else torch.zeros(batch, 4).bool()
+
+
+class Scaler(torch.nn.Module):
+    """A submodule whose method (not forward) returns early: reached as Scaler.scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((4,), 0.5))
+
+    def scale(self, h):
+        if h.abs().max() > 2:
+            return h / h.abs().max()
+        if h.mean() < 0:
+            return h * self.weight
+        return h
+
+    def forward(self, h):
+        return self.scale(h) + 1
+
+
+class WithSubmodule(torch.nn.Module):
+    """Its submodule's method ``Scaler.scale`` stops the export."""
+
+    paths = 3
+
+    def __init__(self):
+        super().__init__()
+        self.scaler = Scaler()
+
+    def forward(self, x):
+        return self.scaler(x * 2)
+
+    @staticmethod
+    def inputs(batch, path):
+        base = torch.rand(batch, 4) * 0.5
+        return (base * 10 + 2, -base - 0.1, base + 0.1)[path],
+
+
+class ViewInBranch(torch.nn.Module):
+    """A branch that hands on a view of its input (``x = x[:, 1:]``): torch.cond refuses an output aliasing
+    an input."""
+
+    paths = 2
 
     def forward(self, x):
         if x.sum() > 0:
-            return x * 2
-        return -x
+            x = x[:, 1:]
+        else:
+            x = x[:, :-1] * 2
+        return x
+
+    inputs = staticmethod(lambda batch, path: (torch.rand(batch, 4) * (1, -1)[path],))
+
+
+def returns_in_a_loop(x):
+    for _ in range(2):
+        if x.sum() > 0:
+            return x
+        x = x - 1
+    return x
+
+
+def returns_after_a_side_effect(holder, x):
+    if x.sum() > 0:
+        return x
+    holder.seen = x
+    return -x

@@ -56,8 +56,9 @@ def test_python_conditions_keep_short_circuit_and_the_original_branch():
 
 
 @pytest.mark.parametrize("function, why", [
-    (target.returns_inside, "line 38: a branch holds `return`"),
-    (target.assigns_an_attribute, "line 44: a branch assigns an attribute or item"),
+    (target.assigns_an_attribute, "line 38: a branch assigns an attribute or item"),
+    (target.returns_in_a_loop, "line 187: it returns from inside a for loop"),
+    (target.returns_after_a_side_effect, "line 194: a branch assigns an attribute or item"),
     (target.only_python_tests, "no if statement with a call or comparison in its test"),
 ])
 def test_what_cannot_be_rewritten_says_why(function, why):
@@ -108,13 +109,13 @@ def test_user_model_exports_with_the_rewrite_and_takes_every_branch_at_run_time(
 
 
 def test_status_and_diff_show_the_generated_code(make_agent):
-    own = make_agent([_user_spec("ClampIfLarge.forward"), _user_spec("returns_inside")])
+    own = make_agent([_user_spec("ClampIfLarge.forward"), _user_spec("returns_in_a_loop")])
     import rewrite_target  # noqa: F401  (installs on import; already imported: applied late)
 
     records = own.records
     assert records["rewrite.test.ClampIfLarge.forward"].state in ("applied", "applied-late")
-    assert records["rewrite.test.returns_inside"].state == "skipped"
-    assert "a branch holds `return`" in records["rewrite.test.returns_inside"].detail
+    assert records["rewrite.test.returns_in_a_loop"].state == "skipped"
+    assert "it returns from inside a for loop" in records["rewrite.test.returns_in_a_loop"].detail
     diff = format_diff(records["rewrite.test.ClampIfLarge.forward"].spec)
     assert diff.startswith("rewrite: rewrite_target.ClampIfLarge.forward -> autopatch.rewrite:")
     for line in (15, 17, 20):  # each rewritten if dispatches to torch.cond, naming its line in the original
@@ -302,10 +303,10 @@ def test_auto_works_under_torch_onnx_export_too():
 
 
 def test_auto_says_why_when_the_function_cannot_be_rewritten():
-    done = _auto("t.ReturnsEarly()", EXPORT_PATCHES_REWRITE="auto")
+    done = _auto("t.ReturnsInALoop()", EXPORT_PATCHES_REWRITE="auto")
     assert "FAILED GuardOnDataDependentSymNode" in done.stdout
-    assert "rewrite_target.ReturnsEarly.forward not rewritten: skipped: nothing to rewrite" in done.stdout
-    assert "a branch holds `return`" in done.stdout
+    assert "rewrite_target.ReturnsInALoop.forward not rewritten: skipped: nothing to rewrite" in done.stdout
+    assert "it returns from inside a for loop" in done.stdout
 
 
 @pytest.mark.requires("transformers>=5")  # one version is enough: the shipped rows prove both
@@ -323,3 +324,114 @@ def test_auto_finds_a_transformers_layer_on_its_own(make_agent, monkeypatch):
         torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
     own.disable()
     assert own.records[auto_id].state == "disabled"
+
+
+# --- what people write (issue 21): early returns, elif chains, views, helpers, submodules' methods -------------
+# Each pattern: the rewritten function equals the original in eager on every path; plain export stops on it;
+# EXPORT_PATCHES_REWRITE=auto, in a fresh interpreter running a plain script, exports it, and the program matches
+# eager at other batch sizes than traced, on every path.
+
+#: Pattern model -> the function auto mode rewrites in it.
+PATTERNS = {"EarlyReturn": "EarlyReturn.forward", "ElifChain": "ElifChain.forward", "CallsAHelper": "gate",
+            "WithSubmodule": "Scaler.scale", "ViewInBranch": "ViewInBranch.forward"}
+
+PATTERN_CODE = """
+import torch, autopatch, rewrite_target as t
+cls = t.{name}
+m = cls()
+args = cls.inputs(2, 0)
+try:
+    p = {export}(m, args, dynamic_shapes=tuple({{0: torch.export.Dim.DYNAMIC}} for _ in args){options})
+except Exception as exc:
+    print("FAILED", type(exc).__name__, getattr(exc, "__notes__", []))
+    raise SystemExit(0)
+for batch in (1, 3, 5):
+    for path in range(cls.paths):
+        inputs = cls.inputs(batch, path)
+        {compare}
+print("MATCHED", cls.paths, "paths")
+print("EXPORTED", sorted(autopatch.last_export_report()["patches"]))
+"""
+EXPORT_COMPARE = "torch.testing.assert_close(p.module()(*inputs), m(*inputs))"
+
+
+def _pattern_run(name, export="torch.export.export", options="", compare=EXPORT_COMPARE, **env):
+    tests = str(registry.__file__).rsplit("/autopatch/", 1)[0] + "/tests"
+    code = PATTERN_CODE.format(name=name, export=export, options=options, compare=compare)
+    done = run_py(code, EXPORT_PATCHES="1", PYTHONPATH=tests, **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _owner(qualname):
+    owner = target
+    for part in qualname.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_each_pattern_rewritten_equals_the_original_in_eager_on_every_path(name):
+    original = _owner(PATTERNS[name])
+    rewritten = rewrite_tensor_conditions(original)
+    model = getattr(target, name)()
+    torch.manual_seed(0)
+    for batch in (1, 4):
+        for path in range(model.paths):
+            inputs = model.inputs(batch, path)
+            expected = model(*inputs)
+            if PATTERNS[name].endswith(".forward"):
+                got = rewritten(model, *inputs)
+            elif name == "WithSubmodule":
+                got = rewritten(model.scaler, inputs[0] * 2) + 1
+            else:
+                got = rewritten(*inputs) * 3
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_each_pattern_stops_plain_export(make_agent, name):
+    make_agent([])
+    model = getattr(target, name)()
+    args = model.inputs(2, 0)
+    with pytest.raises(Exception, match="data-dependent|aliasing"):
+        torch.export.export(model, args, dynamic_shapes=tuple({0: DYN} for _ in args))
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_auto_exports_each_pattern_and_matches_eager_on_every_path_at_other_sizes(name):
+    done = _pattern_run(name, EXPORT_PATCHES_REWRITE="auto")
+    assert "MATCHED" in done.stdout, done.stdout
+    assert f"EXPORTED ['rewrite.auto.rewrite_target.{PATTERNS[name]}'" in done.stdout, done.stdout
+    without = _pattern_run(name)
+    assert "FAILED" in without.stdout, without.stdout
+
+
+def test_an_elif_chain_becomes_nested_conds_in_one_function():
+    rewritten = rewrite_tensor_conditions(target.ElifChain.forward)
+    assert rewritten.__autopatch_rewritten__ == (101, 103)
+    source = rewritten.__autopatch_source__
+    assert source.count("__autopatch_rt.cond_return(") == 2
+    # A name may be an input or a view of one: copied under tracing (the cost: one copy per call).
+    assert "return (__autopatch_rt.fresh(y), __autopatch_rt.fresh(total))" in source
+    model = target.ElifChain()
+    program = torch.export.export(_routed(model, rewritten), model.inputs(2, 0),
+                                  dynamic_shapes=({0: DYN},))
+    assert sum(n.target is torch.ops.higher_order.cond for n in program.graph.nodes) == 1  # the elif: nested
+    for path in range(3):
+        inputs = model.inputs(6, path)
+        torch.testing.assert_close(program.module()(*inputs), model(*inputs))
+
+
+def _routed(model, forward):
+    """``model`` (of one input) whose forward is ``forward`` (a rewritten copy), without the patch table."""
+
+    class Routed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            return forward(self.inner, x)
+
+    return Routed()

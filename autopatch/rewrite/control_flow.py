@@ -179,11 +179,18 @@ def _may_be_tensor(test) -> bool:
     return False
 
 
-def _obstacle(statements) -> str:
+#: What a path that ends the function (``if c: return a`` and the code after it) cannot hold: it runs as a function
+#: of its own, so returns (and raises or loops that break) stay inside it, but not generators, scope statements,
+#: nested definitions (their names would change scope) or deletions.
+FORBIDDEN_IN_A_PATH = tuple(kind for kind in FORBIDDEN if kind not in (ast.Return, ast.Break, ast.Continue,
+                                                                       ast.Raise, ast.Lambda))
+
+
+def _obstacle(statements, forbidden=FORBIDDEN) -> str:
     """Why these branch statements cannot run inside torch.cond, or ''."""
     for statement in statements:
         for node in ast.walk(statement):
-            if isinstance(node, FORBIDDEN):
+            if isinstance(node, forbidden):
                 return f"a branch holds `{type(node).__name__.lower()}`"
             if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
                 return "a branch assigns an attribute or item (a side effect torch.cond would run twice)"
@@ -194,6 +201,72 @@ def _obstacle(statements) -> str:
     return ""
 
 
+#: Tensor methods whose result may share memory with the tensor (torch.cond refuses an output aliasing an input).
+VIEW_METHODS = frozenset({"view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "expand",
+                          "expand_as", "narrow", "squeeze", "unsqueeze", "flatten", "unflatten", "contiguous",
+                          "detach", "to", "type", "type_as", "float", "half", "double", "int", "long", "bool",
+                          "select", "movedim", "swapaxes", "swapdims", "as_strided", "unfold", "diagonal",
+                          "real", "imag", "requires_grad_"})
+
+
+def _may_alias(value) -> bool:
+    """A result that may be a variable's tensor itself, or a view of it: a name, an attribute, an index or slice,
+    a view method (``.view``, ``.transpose``...), or a choice between such."""
+    if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred)):
+        return True
+    if isinstance(value, ast.IfExp):
+        return _may_alias(value.body) or _may_alias(value.orelse)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in VIEW_METHODS
+    return False
+
+
+def _fresh(value):
+    """``value`` wrapped in ``runtime.fresh`` (a copy under tracing) where it may alias; a tuple or list element
+    by element."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return type(value)(elts=[_fresh(element) for element in value.elts], ctx=ast.Load())
+    if value is None or not _may_alias(value):
+        return value
+    return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), "fresh", ast.Load()), args=[value],
+                    keywords=[])
+
+
+def _assigned_views(statements) -> set[str]:
+    """Variables these statements assign a value that may alias another variable (``x = x[:, 1:]``)."""
+    return {target.id for statement in statements for node in _walk_scope(statement) if isinstance(node, ast.Assign)
+            and _may_alias(node.value) for target in node.targets if isinstance(target, ast.Name)}
+
+
+def _fresh_returns(statements) -> list:
+    """The statements with every ``return`` of their function returning ``_fresh`` values."""
+    for statement in statements:
+        for node in _walk_scope(statement):
+            if isinstance(node, ast.Return):
+                node.value = _fresh(node.value)
+    return statements
+
+
+def _leaves(statements) -> bool:
+    """Every path through ``statements`` ends in ``return`` or ``raise`` (none falls through to what follows)."""
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    return isinstance(last, ast.If) and _leaves(last.body) and _leaves(last.orelse)
+
+
+def _returns(node) -> bool:
+    """``node`` holds a ``return`` of its own function (not of a nested one)."""
+    return any(isinstance(n, ast.Return) for n in _walk_scope(node))
+
+
+#: What surrounds a block, for the note on an ``if`` that returns there ("" is the function's own body).
+LOOPS_AND_BLOCKS = {ast.For: "a for loop", ast.AsyncFor: "a for loop", ast.While: "a while loop",
+                    ast.With: "a with block", ast.AsyncWith: "a with block", ast.Try: "a try block"}
+
+
 class _Rewriter:
     def __init__(self, definition, filename: str):
         self.definition = definition
@@ -201,30 +274,41 @@ class _Rewriter:
         self.rewritten: list[int] = []  # original line of each rewritten if
         self.left: list[str] = []  # why each candidate if stayed as written
 
-    def block(self, statements, defined: set[str]) -> list:
-        """The statements with their candidate ifs rewritten; ``defined``: variables bound before them."""
+    def block(self, statements, defined: set[str], inside: str = "") -> list:
+        """The statements with their candidate ifs rewritten; ``defined``: variables bound before them;
+        ``inside``: the loop or block around them ("" at the function's own level, where an ``if`` that returns
+        can take the rest of the function as its other path)."""
         defined = set(defined)
         out = []
-        for statement in statements:
-            out.extend(self.statement(statement, defined))
+        for index, statement in enumerate(statements):
+            if not inside and isinstance(statement, ast.If) and _may_be_tensor(statement.test) and _returns(statement):
+                generated = self.returning_if(statement, statements[index + 1:], defined)
+                if generated is not None:
+                    return out + generated
+            out.extend(self.statement(statement, defined, inside))
             defined |= _names([statement], ast.Store)
         return out
 
-    def statement(self, node, defined: set[str]) -> list:
+    def statement(self, node, defined: set[str], inside: str = "") -> list:
         if isinstance(node, ast.If):
-            return self.if_statement(node, defined)
+            return self.if_statement(node, defined, inside)
+        inside = LOOPS_AND_BLOCKS.get(type(node), inside)
         if isinstance(node, (ast.For, ast.AsyncFor)):
             inner = defined | _names([node.target], ast.Store)
-            return [self._copy(node, body=self.block(node.body, inner), orelse=self.block(node.orelse, defined))]
+            return [self._copy(node, body=self.block(node.body, inner, inside),
+                               orelse=self.block(node.orelse, defined, inside))]
         if isinstance(node, ast.While):
-            return [self._copy(node, body=self.block(node.body, defined), orelse=self.block(node.orelse, defined))]
+            return [self._copy(node, body=self.block(node.body, defined, inside),
+                               orelse=self.block(node.orelse, defined, inside))]
         if isinstance(node, (ast.With, ast.AsyncWith)):
             inner = defined | _names([item.optional_vars for item in node.items if item.optional_vars], ast.Store)
-            return [self._copy(node, body=self.block(node.body, inner))]
+            return [self._copy(node, body=self.block(node.body, inner, inside))]
         if isinstance(node, ast.Try):
-            return [self._copy(node, body=self.block(node.body, defined), orelse=self.block(node.orelse, defined),
-                               finalbody=self.block(node.finalbody, defined),
-                               handlers=[self._copy(h, body=self.block(h.body, defined)) for h in node.handlers])]
+            return [self._copy(node, body=self.block(node.body, defined, inside),
+                               orelse=self.block(node.orelse, defined, inside),
+                               finalbody=self.block(node.finalbody, defined, inside),
+                               handlers=[self._copy(h, body=self.block(h.body, defined, inside))
+                                         for h in node.handlers])]
         return [node]
 
     @staticmethod
@@ -234,12 +318,15 @@ class _Rewriter:
             setattr(new, key, value)
         return new
 
-    def if_statement(self, node, defined: set[str]) -> list:
-        body, orelse = self.block(node.body, defined), self.block(node.orelse, defined)
+    def if_statement(self, node, defined: set[str], inside: str = "") -> list:
+        body, orelse = self.block(node.body, defined, inside), self.block(node.orelse, defined, inside)
         if not _may_be_tensor(node.test):
             return [self._copy(node, body=body, orelse=orelse)]
         where = f"{self.filename}:{node.lineno}"
         problem = _obstacle(node.body + node.orelse)
+        if inside and _returns(node):
+            problem = f"it returns from inside {inside} (only an `if` at the function's own level can take the rest " \
+                      "of the function as its other path)"
         assigned_then, assigned_else = _names(node.body, ast.Store), _names(node.orelse, ast.Store)
         assigned = assigned_then | assigned_else
         # Handed on: assigned here and read anywhere outside this if (later, or by the next loop iteration).
@@ -257,6 +344,53 @@ class _Rewriter:
         carried = sorted(n for n in assigned & defined if n in reads or not (n in assigned_then and n in assigned_else))
         self.rewritten.append(node.lineno)
         return self._generate(node, body, orelse, carried, outputs, where)
+
+    def returning_if(self, node, rest, defined: set[str]):
+        """``if c: ... return a`` (with its ``elif``/``else``) and ``rest``, the statements after it, as one
+        ``torch.cond`` over the two ways the function can end: the ``if``'s body (followed by ``rest`` unless it
+        always returns) and its ``else`` (followed by ``rest`` likewise). Each path becomes a function of its own,
+        so a ``return`` anywhere in it is the path's value. None, with the reason noted, when a path can end
+        without a value or holds what torch.cond cannot trace."""
+        then_path = node.body if _leaves(node.body) else node.body + rest
+        else_path = node.orelse if _leaves(node.orelse) else node.orelse + rest
+        problem = _obstacle(then_path + else_path, FORBIDDEN_IN_A_PATH)
+        if not problem and not (_leaves(then_path) and _leaves(else_path)):
+            problem = "a path reaches the end of the function without `return` (torch.cond needs a tensor from each)"
+        if not problem and any(isinstance(path[-1], ast.Raise) for path in (node.body, node.orelse) if path):
+            problem = "a branch raises (torch.cond traces both branches, so the raise would stop the export)"
+        if problem:
+            self.left.append(f"line {node.lineno}: {problem}")
+            return None
+        self.rewritten.append(node.lineno)
+        index = len(self.rewritten)  # before the paths', whose own ifs are numbered after this one
+        # The paths take, as arguments, the variables bound before the if that they assign and read (a closure
+        # variable cannot be assigned); they read everything else through their closure.
+        paths = then_path + else_path
+        carried = sorted(_names(paths, ast.Store) & defined & _names(paths, ast.Load))
+        inner = defined | set(carried)
+        return self._generate_returning(node, index, self.block(then_path, inner), self.block(else_path, inner),
+                                        carried)
+
+    def _generate_returning(self, node, index, then_path, else_path, carried) -> list:
+        then_name, else_name, test_name = (f"{PREFIX}{kind}_{index}" for kind in ("then", "else", "test"))
+        arguments = ", ".join(carried)
+        where = f"{self.filename}:{node.lineno}"
+        template = ast.parse(
+            f"def {then_name}({arguments}):\n    pass\n"
+            f"def {else_name}({arguments}):\n    pass\n"
+            f"{test_name} = None\n"
+            f"if {RUNTIME}.is_traced_tensor({test_name}):\n"
+            f"    return {RUNTIME}.cond_return({test_name}, {then_name}, {else_name}, "
+            f"({''.join(n + ', ' for n in carried)}), {where!r})\n"
+            # Not traced (a bool, a SymBool, a real tensor): the path the original would take, as it was.
+            f"if {test_name}:\n    return {then_name}({arguments})\n"
+            f"return {else_name}({arguments})\n"
+        ).body
+        then_def, else_def, test_assign = template[:3]
+        then_def.body = _fresh_returns(copy.deepcopy(then_path))
+        else_def.body = _fresh_returns(copy.deepcopy(else_path))
+        test_assign.value = _logical(copy.deepcopy(node.test))
+        return template
 
     def _reads_outside(self, node) -> set[str]:
         inside = {id(n) for n in _walk_scope(node)}
@@ -279,6 +413,10 @@ class _Rewriter:
         then_def, else_def, test_assign, dispatch = template
         then_def.body[:1] = copy.deepcopy(body)
         else_def.body[:1] = copy.deepcopy(orelse)  # empty: the branch hands its arguments back
+        for branch, statements in ((then_def, body), (else_def, orelse)):
+            views = _assigned_views(statements)
+            branch.body[-1].value.elts = [_fresh(name) if name.id in views else name
+                                          for name in branch.body[-1].value.elts]
         test_assign.value = _logical(copy.deepcopy(node.test))
         fallback = dispatch.orelse[0]
         fallback.body, fallback.orelse = body, orelse

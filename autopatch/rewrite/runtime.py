@@ -93,10 +93,49 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
     """``torch.cond`` for a rewritten ``if``.
 
     ``carried`` are the values the branches take as arguments (the variables they assign that exist before the
-    ``if``); both branches return the variables named in ``outputs``, in that order. torch.cond accepts only
-    tensors as operands: Python values among ``carried`` reach the branches through a closure instead. An output that
-    is one of the branch's inputs is cloned, since torch.cond refuses outputs aliasing inputs (a branch that
-    leaves a variable as it was is the common case; a view of an input still fails, with torch's message).
+    ``if``); both branches return the variables named in ``outputs``, in that order.
+    """
+    torch = _torch()
+
+    def checked(values):
+        for name, value in zip(outputs, values):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but "
+                    f"{name!r} is {type(value).__name__}; this if cannot be rewritten (exclude the patch)"
+                )
+        return values
+
+    return _traced_cond(predicate, then_branch, else_branch, carried, checked)
+
+
+def cond_return(predicate, then_branch, else_branch, carried: tuple, where: str):
+    """``torch.cond`` for a rewritten ``if`` that returns: each branch is one way the function can end (the
+    ``if``'s body, or what follows it), and returns the function's value, a tensor or a tuple, list or dict of
+    them, of the same structure on both paths (torch.cond says so when they differ)."""
+    torch = _torch()
+
+    def checked(value):
+        leaves = torch.utils._pytree.tree_leaves(value)
+        odd = next((leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)), None)
+        if value is None or odd is not None:
+            raise TypeError(
+                f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but a path of the "
+                f"function returns {type(odd if value is not None else value).__name__}; this if cannot be "
+                "rewritten (exclude the patch)"
+            )
+        return value
+
+    return _traced_cond(predicate, then_branch, else_branch, carried, checked)
+
+
+def _traced_cond(predicate, then_branch, else_branch, carried: tuple, checked):
+    """torch.cond over two branches that take ``carried`` and whose results ``checked`` validates.
+
+    torch.cond accepts only tensors as operands: Python values among ``carried`` reach the branches through a
+    closure instead. An output that is one of the branch's arguments is cloned, since torch.cond refuses outputs
+    aliasing its inputs (a branch that leaves a variable as it was is the common case); the rewriter wraps
+    outputs that may be views in ``fresh`` (dynamo cannot ask a tensor whether it is a view).
     """
     torch = _torch()
     positions = [i for i, value in enumerate(carried) if isinstance(value, torch.Tensor)]
@@ -106,14 +145,9 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
             args = list(carried)
             for position, tensor in zip(positions, tensors):
                 args[position] = tensor
-            values = branch(*args)
-            for name, value in zip(outputs, values):
-                if not isinstance(value, torch.Tensor):
-                    raise TypeError(
-                        f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but "
-                        f"{name!r} is {type(value).__name__}; this if cannot be rewritten (exclude the patch)"
-                    )
-            return tuple(value.clone() if any(value is t for t in tensors) else value for value in values)
+            values = checked(branch(*args))
+            return torch.utils._pytree.tree_map(
+                lambda value: value.clone() if any(value is t for t in tensors) else value, values)
 
         return run
 
@@ -121,6 +155,16 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
         predicate = predicate != 0
     return torch.cond(predicate.reshape(()), bind(then_branch), bind(else_branch),
                       tuple(carried[i] for i in positions))
+
+
+def fresh(value):
+    """``value`` as it is, except inside a traced torch.cond branch, where a copy: the rewriter wraps a branch's
+    results that may be views of its inputs (``x[:, 1:]``, a name, ``x.view(...)``), since torch.cond refuses
+    outputs that alias an input. The cost, one copy of that result per call of the exported program, shows in
+    ``autopatch diff`` as the call itself. Eager code never copies."""
+    if not is_traced_tensor(value):
+        return value
+    return value.clone(memory_format=_torch().contiguous_format)
 
 
 def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
