@@ -163,6 +163,7 @@ class Agent:
                 from . import scope
 
                 scope.on_export_failure = self._rewrite_after_failure
+                scope.on_export_result = self._rewrite_after_success
             logs.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
             return sel
 
@@ -215,22 +216,40 @@ class Agent:
         found = auto.failing_function(exc)
         if isinstance(found, str):
             return False  # not a data-dependent guard in reachable code: nothing for this mode to say
-        module, qualname, line = found
+        return self._install_auto_rewrite(*found, "a data-dependent `if` at line {} stopped the export",
+                                          lambda text: _note(exc, text))
+
+    def _rewrite_after_success(self, result) -> bool:
+        """EXPORT_PATCHES_REWRITE=auto: the export succeeded but its program fixed which of two sizes is the
+        smaller (builtin min/max, then a slice): installs a rewrite of that function; True to export again. The
+        program is kept as it is when there is nothing new to install (a warning says why)."""
+        from .rewrite import auto
+
+        found = auto.size_relation_function(result)
+        if isinstance(found, str):
+            return False
+        return self._install_auto_rewrite(*found, "a min/max of sizes at line {} made the program guard which size "
+                                          "is the smaller", lambda text: logs.warning("%s", text))
+
+    def _install_auto_rewrite(self, module: str, qualname: str, line, why: str, say) -> bool:
+        """Installs ``rewrite.auto.<module>.<qualname>``, ``why`` naming the line as ``{}``; True when it is new
+        and installed, else ``say`` gets the reason."""
+        from .rewrite import auto
+
         spec = auto.spec_for(module, qualname)
         with self._lock:
             if spec.id in self.records:
-                _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} is rewritten already and "
-                      f"still stops the export at line {line}: {self.records[spec.id].detail or 'see autopatch diff'}")
+                say(f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} is rewritten already and "
+                    f"still stops the export at line {line}: {self.records[spec.id].detail or 'see autopatch diff'}")
                 return False
             self.add(spec)
             record = self.records[spec.id]
             self._arm(record)
         if record.state not in state.INSTALLED:
-            _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} not rewritten: "
-                  f"{record.state}: {record.detail.strip().splitlines()[-1] if record.detail.strip() else ''}")
+            say(f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} not rewritten: "
+                f"{record.state}: {record.detail.strip().splitlines()[-1] if record.detail.strip() else ''}")
             return False
-        logs.warning("autopatch: rewrote %s.%s (a data-dependent `if` at line %s stopped the export); exporting "
-                    "again", module, qualname, line)
+        logs.warning("autopatch: rewrote %s.%s (%s); exporting again", module, qualname, why.format(line))
         return True
 
     def disable(self) -> None:
@@ -238,6 +257,8 @@ class Agent:
             scope = sys.modules.get(f"{__package__}.scope")  # not imported: no hook of ours in it
             if scope is not None and scope.on_export_failure == self._rewrite_after_failure:
                 scope.on_export_failure = None
+            if scope is not None and scope.on_export_result == self._rewrite_after_success:
+                scope.on_export_result = None
             self._ungated.clear()  # every pending record becomes DISABLED
             for record in self._records.values():
                 if record.state in state.INSTALLED:

@@ -35,6 +35,9 @@ _runs_lock = threading.Lock()
 #: ``fn(exception) -> bool`` called when an outermost export fails; True: it changed something (installed a
 #: rewrite), so the export runs again. Set by the agent under EXPORT_PATCHES_REWRITE=auto.
 on_export_failure = None
+#: ``fn(result) -> bool`` called when an outermost export succeeds; True: it installed a rewrite that removes a
+#: guard the result holds (a size relation fixed through min/max), so the export runs again.
+on_export_result = None
 MAX_RETRIES = 8
 #: ``fn(entry_args, entry_kwargs) -> undo`` run when an outermost export starts in this thread, undone when it
 #: ends: for patches that must see the module being exported (forward pre-hooks). A hook that raises is logged
@@ -212,11 +215,15 @@ def make_entry(original, record):
         try:
             for attempt in range(MAX_RETRIES + 1):
                 try:
-                    return original(*args, **kwargs)
+                    result = original(*args, **kwargs)
                 except Exception as exc:
                     retry = on_export_failure
                     if retry is None or attempt == MAX_RETRIES or not retry(exc):
                         raise
+                    continue
+                improve = on_export_result
+                if improve is None or attempt == MAX_RETRIES or not improve(result):
+                    return result
         except BaseException as exc:
             run.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             raise

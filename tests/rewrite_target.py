@@ -1,5 +1,7 @@
 """A real module for rewrite tests: functions and a model whose ``if`` statements read tensor values."""
 
+import math
+
 import torch
 
 
@@ -195,3 +197,29 @@ def returns_after_a_side_effect(holder, x):
         return x
     holder.seen = x
     return -x
+
+
+class MinOfSizes(torch.nn.Module):
+    """Two inputs cut to the shorter one's length with the builtin ``min``: traced with x the shorter, the program
+    refused every input where y is (``Guard failed: x.size()[1] == min(x.size()[1], y.size()[1])``). Its dynamic
+    size is the length (dim 1); its paths: x the shorter, y the shorter."""
+
+    paths = 2
+    dynamic_dim = 1
+
+    def forward(self, x, y):
+        n = min(x.shape[1], y.shape[1])
+        return x[:, :n] + y[:, :n]
+
+    @staticmethod
+    def inputs(batch, path):
+        short, long = 3 + batch, 5 + 2 * batch
+        return (torch.randn(2, short), torch.randn(2, long)) if path == 0 else (torch.randn(2, long),
+                                                                                  torch.randn(2, short))
+
+
+def chunks_of(x, size: int):
+    """``math.ceil`` of a size division and ``max`` over sizes, the way chunked code computes its padding."""
+    count = math.ceil(x.shape[-1] / size)
+    pad = max(count * size - x.shape[-1], 0)
+    return torch.nn.functional.pad(x, (0, pad)).reshape(*x.shape[:-1], count, size)

@@ -60,12 +60,13 @@ def rewrite_tensor_conditions(function):
     Raises NotRewritable when nothing can be rewritten.
     """
     definition, filename = _parse(function)
+    sizes = _rewrite_sizes(definition)  # before the ifs: their branches are copied
     rewriter = _Rewriter(definition, filename)
     definition.body = rewriter.block(definition.body, _parameters(definition))
-    if not rewriter.rewritten:
+    if not rewriter.rewritten and not sizes:
         why = "; ".join(rewriter.left) or "no if statement with a call or comparison in its test"
         raise NotRewritable(f"nothing to rewrite in {_name(function)}: {why}")
-    return _compile(function, definition, rewriter.rewritten)
+    return _compile(function, definition, rewriter.rewritten + sizes)
 
 
 def substitute_expressions(function, substitutions: dict):
@@ -93,6 +94,119 @@ def substitute_expressions(function, substitutions: dict):
     if missing:
         raise NotRewritable(f"nothing to rewrite in {_name(function)}: `{missing[0]}` does not occur")
     return _compile(function, ast.fix_missing_locations(definition), [n for lines in found.values() for n in lines])
+
+
+#: Builtins over sizes and the runtime helper that keeps them symbolic under tracing.
+SIZE_BUILTINS = {"min": "sym_min", "max": "sym_max"}
+#: Method names that change a tensor in place end with ``_``; these do not.
+NOT_IN_PLACE = frozenset({"requires_grad_"})
+
+
+def _rewrite_sizes(definition) -> list[int]:
+    """Sizes through builtins, in place: ``min(a, b)``/``max(a, b)`` become ``runtime.sym_min``/``sym_max``,
+    ``math.ceil(a / b)`` becomes ``runtime.ceil_div``, and a slice bounded by such a minimum or maximum
+    (``x[:, :n]`` after ``n = min(...)``) becomes ``runtime.take``, which copies the slice under tracing instead
+    of viewing it. Only where the function changes no tensor in place (a copy would not see the change). Each
+    helper is the builtin for Python values. Returns the lines changed."""
+    local = _names([definition], ast.Store)
+    lines: list[int] = []
+    bounded = {target.id for node in _walk_scope(definition)
+               if isinstance(node, ast.Assign) and _size_expression(node.value)
+               for target in node.targets if isinstance(target, ast.Name)}
+    # A copy would not see a later in-place change of the tensor it was sliced from (nor make one visible there).
+    copies_are_safe = not _changes_in_place(definition) and "slice" not in local
+
+    class Sizes(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in SIZE_BUILTINS and func.id not in local and _size_call(node):
+                lines.append(node.lineno)
+                return _runtime_call(SIZE_BUILTINS[func.id], node.args)
+            if _is_ceil_of_division(node):
+                lines.append(node.lineno)
+                return _runtime_call("ceil_div", [func, node.args[0].left, node.args[0].right])
+            return node
+
+        def visit_Subscript(self, node):
+            self.generic_visit(node)
+            if not (copies_are_safe and isinstance(node.ctx, ast.Load) and _bounded_by(node.slice, bounded)):
+                return node
+            lines.append(node.lineno)
+            return _runtime_call("take", [node.value, _index_value(node.slice)])
+
+    sizes = Sizes()
+    definition.body = [sizes.visit(statement) for statement in definition.body]
+    ast.fix_missing_locations(definition)
+    return sorted(set(lines))
+
+
+def _size_call(node) -> bool:
+    """``min(a, b, ...)`` or ``max(...)`` of two or more plain arguments (``min(list)`` or ``key=`` is not over
+    sizes), or its runtime replacement."""
+    if not isinstance(node, ast.Call) or node.keywords or len(node.args) < 2:
+        return False
+    if any(isinstance(arg, ast.Starred) for arg in node.args):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id in SIZE_BUILTINS) or (
+        isinstance(func, ast.Attribute) and func.attr in SIZE_BUILTINS.values())
+
+
+def _is_ceil_of_division(node) -> bool:
+    """``math.ceil(a / b)``."""
+    func = node.func
+    return (isinstance(func, ast.Attribute) and func.attr == "ceil" and isinstance(func.value, ast.Name)
+            and func.value.id == "math" and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.BinOp) and isinstance(node.args[0].op, ast.Div))
+
+
+def _size_expression(node) -> bool:
+    """A size computed through a builtin: ``min``/``max`` of sizes or ``math.ceil`` of a division."""
+    return isinstance(node, ast.Call) and (_size_call(node) or _is_ceil_of_division(node))
+
+
+def _changes_in_place(definition) -> bool:
+    for node in _walk_scope(definition):
+        if isinstance(node, ast.AugAssign) or (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr = node.func.attr
+            if attr.endswith("_") and not attr.startswith("_") and attr not in NOT_IN_PLACE:
+                return True
+    return False
+
+
+def _bounded_by(index, names: set[str]) -> bool:
+    """The index holds a slice with a bound computed by a builtin (directly, or through one of ``names``)."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    for part in parts:
+        if not isinstance(part, ast.Slice):
+            continue
+        for bound in (part.lower, part.upper):
+            if bound is not None and any(_size_expression(n) or (isinstance(n, ast.Name) and n.id in names)
+                                         for n in ast.walk(bound)):
+                return True
+    return False
+
+
+def _index_value(index):
+    """The index of a subscript as a value: ``a:b`` becomes ``slice(a, b, None)``."""
+    def value(part):
+        if not isinstance(part, ast.Slice):
+            return part
+        return ast.Call(func=ast.Name("slice", ast.Load()), keywords=[],
+                        args=[bound if bound is not None else ast.Constant(None)
+                              for bound in (part.lower, part.upper, part.step)])
+
+    if isinstance(index, ast.Tuple):
+        return ast.Tuple(elts=[value(part) for part in index.elts], ctx=ast.Load())
+    return value(index)
+
+
+def _runtime_call(helper: str, args):
+    return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), helper, ast.Load()), args=list(args),
+                    keywords=[])
 
 
 def _parse_piece(text: str):
@@ -228,8 +342,7 @@ def _fresh(value):
         return type(value)(elts=[_fresh(element) for element in value.elts], ctx=ast.Load())
     if value is None or not _may_alias(value):
         return value
-    return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), "fresh", ast.Load()), args=[value],
-                    keywords=[])
+    return _runtime_call("fresh", [value])
 
 
 def _assigned_views(statements) -> set[str]:
@@ -428,12 +541,10 @@ def _logical(test):
     values still short-circuit)."""
     if isinstance(test, ast.BoolOp):
         helper = "and_" if isinstance(test.op, ast.And) else "or_"
-        thunks = [ast.Lambda(args=_no_arguments(), body=_logical(value)) for value in test.values]
-        return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), helper, ast.Load()), args=thunks,
-                        keywords=[])
+        return _runtime_call(helper, [ast.Lambda(args=_no_arguments(), body=_logical(value))
+                                      for value in test.values])
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return ast.Call(func=ast.Attribute(ast.Name(RUNTIME, ast.Load()), "not_", ast.Load()),
-                        args=[_logical(test.operand)], keywords=[])
+        return _runtime_call("not_", [_logical(test.operand)])
     return test
 
 

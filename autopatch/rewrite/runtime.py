@@ -7,6 +7,8 @@ original branch as before.
 
 from __future__ import annotations
 
+import functools
+
 
 def _torch():
     import torch  # a rewritten function only runs inside a torch model: torch is loaded by then
@@ -83,6 +85,63 @@ def is_empty(value) -> bool:
     """``len(value) == 0`` without ``len()`` on a tensor, which reads its first size as a plain int and so fixes a
     dynamic batch to the traced one; a tensor's first size compares symbolically instead."""
     return value.shape[0] == 0 if is_tensor(value) else len(value) == 0
+
+
+def _is_size(value) -> bool:
+    """A Python int or a symbolic one (a size being traced)."""
+    return isinstance(value, (int, _torch().SymInt)) and not isinstance(value, bool)
+
+
+def _symbolic(values) -> bool:
+    return any(isinstance(value, _torch().SymInt) for value in values) and all(_is_size(v) for v in values)
+
+
+def sym_min(*values):
+    """``min(a, b, ...)``: for sizes being traced, ``torch.sym_min`` (a symbolic minimum, no guard on which one is
+    smaller); anything else, the builtin."""
+    if not _symbolic(values):
+        return min(*values)
+    return functools.reduce(_torch().sym_min, values)
+
+
+def sym_max(*values):
+    """``max(a, b, ...)``: as ``sym_min``, with ``torch.sym_max``."""
+    if not _symbolic(values):
+        return max(*values)
+    return functools.reduce(_torch().sym_max, values)
+
+
+def ceil_div(ceil, numerator, denominator):
+    """``ceil(numerator / denominator)`` (``ceil`` is the code's own ``math.ceil``): for sizes being traced, the
+    integer ``-(-numerator // denominator)``, equal for sizes and symbolic (``/`` would make a float symbol)."""
+    if not _symbolic((numerator, denominator)):
+        return ceil(numerator / denominator)
+    return -(-numerator // denominator)
+
+
+def take(value, index):
+    """``value[index]``. For a tensor being traced and an index made of plain slices whose bounds torch knows are
+    not negative (``x[:, :n]`` with ``n = min(x.shape[1], y.shape[1])``), ``narrow_copy`` per sliced dim instead:
+    the same values, as a new tensor, where the view ``x[:, :n]`` makes torch guard on whether it is contiguous,
+    i.e. on which size is the smaller (``Eq(s0, Min(s0, s1))``), and the program refuses the other case."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if not (is_traced_tensor(value) and len(parts) <= value.dim()
+            and all(isinstance(part, slice) and part.step in (None, 1) for part in parts)):
+        return value[index]
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    torch = _torch()
+    bounds = [(dim, part.start, part.stop) for dim, part in enumerate(parts)
+              if part.start is not None or part.stop is not None]
+    if not all(bound is None or statically_known_true(bound >= 0) for _, start, stop in bounds
+               for bound in (start, stop)):
+        return value[index]  # a negative bound counts from the end: left to torch's own slicing
+    for dim, start, stop in bounds:
+        size = value.shape[dim]
+        start = 0 if start is None else torch.sym_min(start, size)
+        stop = size if stop is None else torch.sym_min(stop, size)  # Python clamps slice bounds to the size
+        value = value.narrow_copy(dim, start, torch.sym_max(stop - start, 0))
+    return value
 
 
 def _as_tensor(value, like):
