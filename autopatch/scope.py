@@ -35,9 +35,12 @@ _runs_lock = threading.Lock()
 #: ``fn(exception) -> bool`` called when an outermost export fails; True: it changed something (installed a
 #: rewrite), so the export runs again. Set by the agent under EXPORT_PATCHES_REWRITE=auto.
 on_export_failure = None
-#: ``fn(result) -> bool`` called when an outermost export succeeds; True: it installed a rewrite that removes a
-#: guard the result holds (a size relation fixed through min/max), so the export runs again.
+#: ``fn(result, entry_args, entry_kwargs, may_retry) -> result or RETRY`` called when an outermost export
+#: succeeds: RETRY when it installed a rewrite that removes a guard the result holds (a size relation fixed through
+#: min/max), so the export runs again; else the result to return (it may raise instead). Set with
+#: on_export_failure.
 on_export_result = None
+RETRY = object()
 MAX_RETRIES = 8
 #: ``fn(entry_args, entry_kwargs) -> undo`` run when an outermost export starts in this thread, undone when it
 #: ends: for patches that must see the module being exported (forward pre-hooks). A hook that raises is logged
@@ -57,6 +60,9 @@ class ExportRun:
         self.error = None
         #: What the agent decided for this export besides patch hits (a layout it stepped aside from).
         self.notes: list[str] = []
+        #: EXPORT_PATCHES_REWRITE=auto: ``(patch id, what asked for it)`` per rewrite installed during this run:
+        #: the export's error, or the program that held a size-relation guard.
+        self.rewrites: list = []
 
     def as_dict(self) -> dict:
         return {
@@ -80,6 +86,16 @@ in_export._dynamo_marked_constant = True
 
 def current_run():
     return _RUN.get()
+
+
+@contextlib.contextmanager
+def outside_export():
+    """This thread out of export scope for the duration: code runs as it does in the user's eager program."""
+    token = _RUN.set(None)
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
 
 
 def last_run():
@@ -221,9 +237,10 @@ def make_entry(original, record):
                     if retry is None or attempt == MAX_RETRIES or not retry(exc):
                         raise
                     continue
-                improve = on_export_result
-                if improve is None or attempt == MAX_RETRIES or not improve(result):
-                    return result
+                check = on_export_result
+                outcome = result if check is None else check(result, args, kwargs, attempt < MAX_RETRIES)
+                if outcome is not RETRY:
+                    return outcome
         except BaseException as exc:
             run.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             raise

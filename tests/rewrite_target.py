@@ -223,3 +223,52 @@ def chunks_of(x, size: int):
     count = math.ceil(x.shape[-1] / size)
     pad = max(count * size - x.shape[-1], 0)
     return torch.nn.functional.pad(x, (0, pad)).reshape(*x.shape[:-1], count, size)
+
+
+class TracingChangesState(torch.nn.Module):
+    """A path with a Python side effect the rewriter cannot see (a list's ``append``): torch.cond traces both
+    paths, so exporting runs the append even when the data takes the other path, and the program bakes in the
+    length as it was. The rewrite exports, but does not match eager on the export's own inputs."""
+
+    paths = 1
+
+    def __init__(self):
+        super().__init__()
+        self.history = []
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * len(self.history)
+        self.history.append(1)
+        return x - len(self.history)
+
+    @staticmethod
+    def inputs(batch, path):
+        return torch.rand(batch, 4) + 0.1,
+
+
+class DiffersWhileCompiling(torch.nn.Module):
+    """A path that asks whether it is being compiled: torch.cond traces its branches with dynamo, where the answer
+    is yes, while the original (eager, or non-strict export) hears no. The rewrite exports a program that differs
+    from eager, so it must not be kept."""
+
+    paths = 1
+
+    def forward(self, x):
+        if x.sum() > 0:
+            if torch.compiler.is_compiling():
+                return x * 0
+            return x * 2
+        return -x
+
+    @staticmethod
+    def inputs(batch, path):
+        return torch.rand(batch, 4) + 0.1,
+
+
+def trims_then_updates(x, y):
+    """A slice bounded by ``min`` that the function then changes in place: a copy would not see the change."""
+    n = min(x.shape[1], y.shape[1])
+    head = x[:, :n]
+    head.mul_(2)
+    return x + 0

@@ -6,6 +6,7 @@ rows on tiny seq2seq models: each fails without its patch, exports with it and m
 both branches of the rewritten ``if``."""
 
 import copy
+import math
 import subprocess
 import sys
 
@@ -479,3 +480,83 @@ def _routed(model, forward):
             return forward(self.inner, x)
 
     return Routed()
+
+
+# --- safety: what auto mode does not keep, and what it says ------------------------------------------------------
+
+@pytest.mark.parametrize("name, why", [
+    ("DiffersWhileCompiling", "not kept: its program does not match eager on the export's own inputs (output 0: "
+                              "Tensor-likes are not close!)"),
+    ("TracingChangesState", "not kept: the export with it failed: UncapturedHigherOrderOpError: Explanation: "
+                            "Mutating a variable from outside the scope of this HOP is not supported."),
+])
+def test_auto_keeps_no_rewrite_it_cannot_show_equivalent_and_the_original_error_comes_back(name, why):
+    done = _pattern_run(name, EXPORT_PATCHES_REWRITE="auto")
+    assert "FAILED GuardOnDataDependentSymNode" in done.stdout, done.stdout  # the original error
+    assert f"rewrite.auto.rewrite_target.{name}.forward {why}" in done.stdout, done.stdout
+
+
+def _export_error(model, strict=False):
+    args = model.inputs(2, 0)
+    try:
+        torch.export.export(model, args, dynamic_shapes=tuple({0: DYN} for _ in args), strict=strict)
+    except Exception as exc:  # noqa: BLE001 (any export error is what diagnose hands over)
+        return exc
+    raise AssertionError("the export was expected to fail")
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_suggest_rewrite_names_the_function_that_stopped_an_export(make_agent, strict):
+    """What `autopatch diagnose` can call: an export's exception (or a program) in, one line out."""
+    from autopatch.rewrite.auto import suggest_rewrite
+
+    make_agent([])
+    assert suggest_rewrite(_export_error(target.CallsAHelper(), strict)) == (
+        "rewrite rewrite_target.gate (the `if` on a tensor at line 116): EXPORT_PATCHES_REWRITE=auto, or "
+        "EXPORT_PATCHES_REWRITE=rewrite_target:gate")
+    model = target.MinOfSizes()
+    program = torch.export.export(model, model.inputs(2, 0), dynamic_shapes=({1: DYN}, {1: DYN}), strict=strict)
+    assert suggest_rewrite(program).startswith(
+        "rewrite rewrite_target.MinOfSizes.forward (the min/max of sizes and the slices it bounds at line 211)")
+    assert suggest_rewrite(ValueError("not an export error")) == ""
+
+
+def test_sizes_through_builtins_are_the_builtins_in_eager():
+    from autopatch.rewrite import runtime
+
+    assert runtime.sym_min(3, 1, 2) == 1 and runtime.sym_max(3, 1, 2) == 3 and runtime.sym_min([4, 2]) == 2
+    assert runtime.ceil_div(math.ceil, 7, 2) == 4 and runtime.ceil_div(math.ceil, 7.5, 2) == 4
+    x = torch.arange(12).reshape(3, 4)
+    assert runtime.take(x, (slice(None), slice(None, 2))).data_ptr() == x.data_ptr()  # eager: the view, as before
+    rewritten = rewrite_tensor_conditions(target.chunks_of)
+    assert "__autopatch_rt.ceil_div(math.ceil, x.shape[-1], size)" in rewritten.__autopatch_source__
+    assert "__autopatch_rt.sym_max(count * size - x.shape[-1], 0)" in rewritten.__autopatch_source__
+    for length in (1, 4, 5, 13):
+        x = torch.randn(2, length)
+        torch.testing.assert_close(rewritten(x, 4), target.chunks_of(x, 4), rtol=0, atol=0)
+
+
+def test_chunked_sizes_export_at_other_lengths():
+    rewritten = rewrite_tensor_conditions(target.chunks_of)
+
+    class Chunks(torch.nn.Module):
+        def forward(self, x):
+            return rewritten(x, 4)
+
+    program = torch.export.export(Chunks(), (torch.randn(2, 13),), dynamic_shapes=({1: DYN},))
+    for length in (5, 8, 17, 30):  # not 1 to 4: torch specializes a count of one chunk (`count != 1`)
+        x = torch.randn(2, length)
+        torch.testing.assert_close(program.module()(x), target.chunks_of(x, 4))
+
+
+def test_a_slice_is_not_copied_where_the_function_changes_tensors_in_place():
+    rewritten = rewrite_tensor_conditions(target.trims_then_updates)
+    assert "__autopatch_rt.take" not in rewritten.__autopatch_source__
+    assert "__autopatch_rt.sym_min(x.shape[1], y.shape[1])" in rewritten.__autopatch_source__
+
+
+def test_diff_shows_an_early_return_and_the_copies_it_costs(make_agent):
+    own = make_agent([_user_spec("EarlyReturn.forward")])
+    diff = format_diff(own.records["rewrite.test.EarlyReturn.forward"].spec)
+    assert "+        return __autopatch_rt.fresh(x)\n" in diff  # the copy of the input it returns, under tracing
+    assert "__autopatch_rt.cond_return(__autopatch_test_1, __autopatch_then_1, __autopatch_else_1, ()" in diff

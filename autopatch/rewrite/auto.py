@@ -123,6 +123,40 @@ def size_relation_function(program):
     return f"the guard {guards[0]!r} names no min/max of user code"
 
 
+def entry_inputs(entry_args, entry_kwargs) -> tuple[tuple, dict]:
+    """The model's positional and keyword inputs an export entry point was given (``args`` second, ``kwargs`` by
+    name or, for torch.export's, third)."""
+    args = entry_args[1] if len(entry_args) > 1 else entry_kwargs.get("args", ())
+    kwargs = entry_kwargs.get("kwargs")
+    if kwargs is None and len(entry_args) > 2 and isinstance(entry_args[2], dict):
+        kwargs = entry_args[2]
+    return (tuple(args) if isinstance(args, (tuple, list)) else (args,)), dict(kwargs or {})
+
+
+def program_of(result):
+    """The ExportedProgram of an entry point's result (torch.onnx's ONNXProgram holds the one it converted)."""
+    return getattr(result, "exported_program", result)
+
+
+def differences(got, expected) -> str:
+    """Where two model outputs differ (their pytree leaves, tensors within torch's default tolerance), or ''."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    got_leaves, expected_leaves = tree_leaves(got), tree_leaves(expected)
+    if len(got_leaves) != len(expected_leaves):
+        return f"{len(got_leaves)} outputs where eager gives {len(expected_leaves)}"
+    for index, (value, want) in enumerate(zip(got_leaves, expected_leaves)):
+        if isinstance(want, torch.Tensor):
+            try:
+                torch.testing.assert_close(value, want, equal_nan=True)
+            except (AssertionError, TypeError, ValueError) as exc:
+                return f"output {index}: {str(exc).strip().splitlines()[0]}"
+        elif value != want:
+            return f"output {index}: {value!r} where eager gives {want!r}"
+    return ""
+
+
 def suggest_rewrite(error) -> str:
     """For ``autopatch diagnose``: which rewrite would fix ``error`` (an export's exception, or an exported
     program whose guards fix a size relation), as one line; '' when none applies."""
