@@ -37,7 +37,7 @@ def _user_spec(qualname):
 
 def test_rewritten_function_equals_the_original_on_real_tensors():
     forward = rewrite_tensor_conditions(target.ClampIfLarge.forward)
-    assert forward.__autopatch_rewritten__ == (15, 17, 20)  # the mask test, the if and its elif
+    assert forward.__autopatch_rewritten__ == (17, 19, 22)  # the mask test, the if and its elif
     assert "torch.cond" not in forward.__autopatch_source__  # the runtime helper calls it, only when tracing
     model = target.ClampIfLarge()
     for scale in (0.1, 10.0, -10.0):
@@ -57,9 +57,9 @@ def test_python_conditions_keep_short_circuit_and_the_original_branch():
 
 
 @pytest.mark.parametrize("function, why", [
-    (target.assigns_an_attribute, "line 38: a branch assigns an attribute or item"),
-    (target.returns_in_a_loop, "line 187: it returns from inside a for loop"),
-    (target.returns_after_a_side_effect, "line 194: a branch assigns an attribute or item"),
+    (target.assigns_an_attribute, "line 40: a branch assigns an attribute or item"),
+    (target.returns_in_a_loop, "line 189: it returns from inside a for loop"),
+    (target.returns_after_a_side_effect, "line 196: a branch assigns an attribute or item"),
     (target.only_python_tests, "no if statement with a call or comparison in its test"),
 ])
 def test_what_cannot_be_rewritten_says_why(function, why):
@@ -119,7 +119,7 @@ def test_status_and_diff_show_the_generated_code(make_agent):
     assert "it returns from inside a for loop" in records["rewrite.test.returns_in_a_loop"].detail
     diff = format_diff(records["rewrite.test.ClampIfLarge.forward"].spec)
     assert diff.startswith("rewrite: rewrite_target.ClampIfLarge.forward -> autopatch.rewrite:")
-    for line in (15, 17, 20):  # each rewritten if dispatches to torch.cond, naming its line in the original
+    for line in (17, 19, 22):  # each rewritten if dispatches to torch.cond, naming its line in the original
         assert f"rewrite_target.py:{line}')" in diff
     assert "+    elif __autopatch_test_3:\n+        limit = 1.0\n" in diff  # the original branch, when not traced
 
@@ -270,7 +270,7 @@ def test_auto_rewrites_the_function_that_stopped_the_export_and_exports_again():
     done = _auto("t.ClampIfLarge()", EXPORT_PATCHES_REWRITE="auto")
     assert "EXPORTED ['rewrite.auto.rewrite_target.ClampIfLarge.forward', " in done.stdout
     assert "'rewrite.auto.rewrite_target.ClampIfLarge.forward': 'applied-late'" in done.stdout
-    assert "rewrote rewrite_target.ClampIfLarge.forward (a data-dependent `if` at line 17" in done.stderr
+    assert "rewrote rewrite_target.ClampIfLarge.forward (a data-dependent `if` at line 19" in done.stderr
     without = _auto("t.ClampIfLarge()")  # no auto: the export fails as it does without autopatch
     assert "FAILED GuardOnDataDependentSymNode []" in without.stdout
 
@@ -454,7 +454,7 @@ def test_auto_exports_patterns_under_torch_onnx_export(name):
 
 def test_an_elif_chain_becomes_nested_conds_in_one_function():
     rewritten = rewrite_tensor_conditions(target.ElifChain.forward)
-    assert rewritten.__autopatch_rewritten__ == (101, 103)
+    assert rewritten.__autopatch_rewritten__ == (103, 105)
     source = rewritten.__autopatch_source__
     assert source.count("__autopatch_rt.cond_return(") == 2
     # A name may be an input or a view of one: copied under tracing (the cost: one copy per call).

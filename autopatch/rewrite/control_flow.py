@@ -450,7 +450,8 @@ class _Rewriter:
         if not problem and unbound:
             problem = f"{', '.join(unbound)} would be unbound after it on one branch"
         if problem:
-            self.left.append(f"line {node.lineno}: {problem}")
+            if inside or not _returns(node):  # else returning_if has said why already
+                self.left.append(f"line {node.lineno}: {problem}")
             return [self._copy(node, body=body, orelse=orelse)]
         # The branches take, as arguments, what they assign and may read first (a closure cannot be assigned).
         reads = _names(node.body + node.orelse, ast.Load)
