@@ -272,3 +272,28 @@ def trims_then_updates(x, y):
     head = x[:, :n]
     head.mul_(2)
     return x + 0
+
+
+class UpdatesInPlace(torch.nn.Module):
+    """Branches that update a local in place (``h += 1``): h is the function's own tensor, so the traced branch
+    may rebind it instead (torch.cond refuses a branch that changes its inputs in place)."""
+
+    paths = 2
+
+    def forward(self, x):
+        h = x * 2
+        if h.sum() > 0:
+            h += 1
+        else:
+            h -= 1
+            h *= 3
+        return h
+
+    inputs = staticmethod(lambda batch, path: (torch.rand(batch, 4) * (1, -1)[path],))
+
+
+def updates_its_input(x):
+    """``x += 1`` on a parameter: the caller's tensor changes; the if stays as written."""
+    if x.sum() > 0:
+        x += 1
+    return x

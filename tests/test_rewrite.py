@@ -60,6 +60,7 @@ def test_python_conditions_keep_short_circuit_and_the_original_branch():
     (target.assigns_an_attribute, "line 40: a branch assigns an attribute or item"),
     (target.returns_in_a_loop, "line 189: it returns from inside a for loop"),
     (target.returns_after_a_side_effect, "line 196: a branch assigns an attribute or item"),
+    (target.updates_its_input, "line 297: a branch changes `x` in place"),
     (target.only_python_tests, "no if statement with a call or comparison in its test"),
 ])
 def test_what_cannot_be_rewritten_says_why(function, why):
@@ -335,7 +336,7 @@ def test_auto_finds_a_transformers_layer_on_its_own(make_agent, monkeypatch):
 #: Pattern model -> the function auto mode rewrites in it.
 PATTERNS = {"EarlyReturn": "EarlyReturn.forward", "ElifChain": "ElifChain.forward", "CallsAHelper": "gate",
             "WithSubmodule": "Scaler.scale", "ViewInBranch": "ViewInBranch.forward",
-            "MinOfSizes": "MinOfSizes.forward"}
+            "MinOfSizes": "MinOfSizes.forward", "UpdatesInPlace": "UpdatesInPlace.forward"}
 
 PATTERN_CODE = """
 import torch, autopatch, rewrite_target as t

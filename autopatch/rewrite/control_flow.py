@@ -279,6 +279,13 @@ def _names(nodes, context) -> set[str]:
     return {n.id for node in nodes for n in _walk_scope(node) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
 
 
+def _reads(nodes) -> set[str]:
+    """Variables these statements read: loaded, or updated (``h += 1`` reads h)."""
+    updated = {n.target.id for node in nodes for n in _walk_scope(node)
+               if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    return _names(nodes, ast.Load) | updated
+
+
 def _may_be_tensor(test) -> bool:
     for node in ast.walk(test):
         if isinstance(node, ast.Call):
@@ -360,6 +367,71 @@ def _fresh_returns(statements) -> list:
     return statements
 
 
+#: Methods through which a tensor held by a name would be kept by a container (so the name is not its only holder).
+KEEPING_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "put"})
+
+
+def _owned_names(definition) -> set[str]:
+    """Variables that alone hold the tensor they hold: not parameters, only ever assigned a new value (not a
+    name, attribute, index or view, see ``_may_alias``), and never handed to another name, a container or an
+    attribute. Changing such a tensor in place (``h += 1``) equals rebinding the name (``h = h + 1``): no one
+    else can see the difference."""
+    assigned: dict[str, bool] = {}
+    escaping: set[str] = set()
+    for node in _walk_scope(definition):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    assigned[target.id] = assigned.get(target.id, True) and not _may_alias(node.value)
+            escaping |= _names([node.value], ast.Load) if _may_alias(node.value) or any(
+                not isinstance(t, ast.Name) for t in node.targets) else set()
+        elif isinstance(node, (ast.For, ast.With, ast.NamedExpr, ast.AnnAssign)) or (
+                isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del)):
+            escaping |= _names([node], ast.Store) if not isinstance(node, ast.Name) else {node.id}
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Yield)):  # return hands on the value only
+            escaping |= {n.id for n in ast.iter_child_nodes(node) if isinstance(n, ast.Name)}
+            if isinstance(node, ast.Dict):
+                escaping |= {n.id for n in node.values if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KEEPING_METHODS:
+            escaping |= _names(node.args + [k.value for k in node.keywords], ast.Load)
+    return {name for name, fresh in assigned.items() if fresh} - escaping - _parameters(definition)
+
+
+def _in_place_on_others(statements, owned: set[str]) -> str:
+    """Why these statements change in place a tensor the function may share (``x += 1`` on a parameter), or ''."""
+    for statement in statements:
+        for node in _walk_scope(statement):
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id not in owned:
+                return (f"a branch changes `{node.target.id}` in place (`{node.target.id} "
+                        f"{_OPERATORS.get(type(node.op), '?')}= ...`), a tensor the function may share with its caller "
+                        "or another variable; torch.cond refuses a branch that changes its inputs")
+    return ""
+
+
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+              ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
+              ast.RShift: ">>"}
+
+
+class _OutOfPlace(ast.NodeTransformer):
+    """``h += v`` as ``h = h + v``: for names the function alone holds, the same value without changing the tensor
+    in place, which torch.cond refuses for its inputs. The cost: a new tensor instead of reusing ``h``'s memory."""
+
+    def visit_AugAssign(self, node):
+        if not isinstance(node.target, ast.Name):
+            return node
+        value = ast.BinOp(left=ast.Name(node.target.id, ast.Load()), op=node.op, right=node.value)
+        return ast.copy_location(ast.Assign(targets=[node.target], value=value), node)
+
+    def visit_FunctionDef(self, node):  # a nested scope's names are its own
+        return node
+
+
+def _out_of_place(statements) -> list:
+    transformer = _OutOfPlace()
+    return [transformer.visit(statement) for statement in statements]
+
+
 def _leaves(statements) -> bool:
     """Every path through ``statements`` ends in ``return`` or ``raise`` (none falls through to what follows)."""
     if not statements:
@@ -386,6 +458,7 @@ class _Rewriter:
         self.filename = filename
         self.rewritten: list[int] = []  # original line of each rewritten if
         self.left: list[str] = []  # why each candidate if stayed as written
+        self.owned = _owned_names(definition)  # names whose in-place updates can become rebinding
 
     def block(self, statements, defined: set[str], inside: str = "") -> list:
         """The statements with their candidate ifs rewritten; ``defined``: variables bound before them;
@@ -436,7 +509,7 @@ class _Rewriter:
         if not _may_be_tensor(node.test):
             return [self._copy(node, body=body, orelse=orelse)]
         where = f"{self.filename}:{node.lineno}"
-        problem = _obstacle(node.body + node.orelse)
+        problem = _obstacle(node.body + node.orelse) or _in_place_on_others(node.body + node.orelse, self.owned)
         if inside and _returns(node):
             problem = f"it returns from inside {inside} (only an `if` at the function's own level can take the rest " \
                       "of the function as its other path)"
@@ -454,7 +527,7 @@ class _Rewriter:
                 self.left.append(f"line {node.lineno}: {problem}")
             return [self._copy(node, body=body, orelse=orelse)]
         # The branches take, as arguments, what they assign and may read first (a closure cannot be assigned).
-        reads = _names(node.body + node.orelse, ast.Load)
+        reads = _reads(node.body + node.orelse)
         carried = sorted(n for n in assigned & defined if n in reads or not (n in assigned_then and n in assigned_else))
         self.rewritten.append(node.lineno)
         return self._generate(node, body, orelse, carried, outputs, where)
@@ -467,7 +540,8 @@ class _Rewriter:
         without a value or holds what torch.cond cannot trace."""
         then_path = node.body if _leaves(node.body) else node.body + rest
         else_path = node.orelse if _leaves(node.orelse) else node.orelse + rest
-        problem = _obstacle(then_path + else_path, FORBIDDEN_IN_A_PATH)
+        problem = _obstacle(then_path + else_path, FORBIDDEN_IN_A_PATH) or _in_place_on_others(
+            then_path + else_path, self.owned)
         if not problem and not (_leaves(then_path) and _leaves(else_path)):
             problem = "a path reaches the end of the function without `return` (torch.cond needs a tensor from each)"
         if not problem and any(isinstance(path[-1], ast.Raise) for path in (node.body, node.orelse) if path):
@@ -480,7 +554,7 @@ class _Rewriter:
         # The paths take, as arguments, the variables bound before the if that they assign and read (a closure
         # variable cannot be assigned); they read everything else through their closure.
         paths = then_path + else_path
-        carried = sorted(_names(paths, ast.Store) & defined & _names(paths, ast.Load))
+        carried = sorted(_names(paths, ast.Store) & defined & _reads(paths))
         inner = defined | set(carried)
         return self._generate_returning(node, index, self.block(then_path, inner), self.block(else_path, inner),
                                         carried)
@@ -501,8 +575,8 @@ class _Rewriter:
             f"return {else_name}({arguments})\n"
         ).body
         then_def, else_def, test_assign = template[:3]
-        then_def.body = _fresh_returns(copy.deepcopy(then_path))
-        else_def.body = _fresh_returns(copy.deepcopy(else_path))
+        then_def.body = _fresh_returns(_out_of_place(copy.deepcopy(then_path)))
+        else_def.body = _fresh_returns(_out_of_place(copy.deepcopy(else_path)))
         test_assign.value = _logical(copy.deepcopy(node.test))
         return template
 
@@ -525,8 +599,8 @@ class _Rewriter:
             f"elif {test_name}:\n    pass\n"
         ).body
         then_def, else_def, test_assign, dispatch = template
-        then_def.body[:1] = copy.deepcopy(body)
-        else_def.body[:1] = copy.deepcopy(orelse)  # empty: the branch hands its arguments back
+        then_def.body[:1] = _out_of_place(copy.deepcopy(body))
+        else_def.body[:1] = _out_of_place(copy.deepcopy(orelse))  # empty: the branch hands its arguments back
         for branch, statements in ((then_def, body), (else_def, orelse)):
             views = _assigned_views(statements)
             branch.body[-1].value.elts = [_fresh(name) if name.id in views else name
