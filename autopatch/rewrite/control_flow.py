@@ -2,19 +2,36 @@
 
 Which ``if`` statements: those whose test calls or compares something (``x.any()``, ``t.sum() > 0``...). A test
 made only of names, attributes, ``is``/``in`` checks, ``isinstance``/``hasattr``/``len``... is a Python value
-in practice and is left alone. A candidate is rewritten only when torch.cond can express it: its branches
-assign local variables and nothing else leaves them (no return, break, continue, raise, yield, del, global,
-nonlocal, attribute or item assignment, nested function or class), and every variable it hands on exists
-before the ``if`` or is assigned by both branches. Anything else stays as written, with the reason recorded.
+in practice and is left alone. Two shapes of candidate are rewritten:
+
+- An ``if`` whose branches assign local variables (no return, break, continue, raise, yield, del, global,
+  nonlocal, attribute or item assignment, nested function or class), every variable it hands on existing
+  before it or assigned by both branches: one torch.cond whose branches return those variables.
+- An ``if`` at the function's own level that returns (``if c: return a`` then the rest of the body; ``elif``
+  chains; ``else``): one torch.cond over the two ways the function can end, each path a function of its own
+  (the body, or the ``else`` followed by the rest), which must end in ``return`` and hold no yield, del,
+  global, nonlocal, attribute or item assignment or nested definition. An ``elif`` becomes a torch.cond
+  inside the else path. An ``if`` that returns from inside a loop, ``with`` or ``try`` stays as written.
+
+Anything else stays as written, with the line and the reason recorded.
 
 What the rewritten ``if`` does: the test is evaluated once (``and``/``or``/``not`` through helpers that keep
 Python's behaviour for Python values and combine tensors with logical ops). A tensor being traced goes to
-``torch.cond`` with the two branches as functions of the variables they assign; anything else (a bool, a
-SymBool, a real tensor) runs the original branches, unchanged. So the rewrite changes nothing where the
+``torch.cond``; anything else (a bool, a SymBool, a real tensor) runs the original branches (or, for an ``if``
+that returns, the path functions, which hold the original statements). So the rewrite changes nothing where the
 condition is not a traced tensor.
 
+torch.cond refuses branches whose results alias their inputs or that change their inputs in place. A result
+that may be a view (a name, an index or slice, ``.view``...) is wrapped in ``runtime.fresh``, a copy under
+tracing only (the cost shows in ``autopatch diff``); ``h += 1`` on a tensor the function alone holds becomes
+``h = h + 1`` in the traced branch; on anything else (a parameter) the ``if`` stays as written.
+
+Sizes through builtins (``_rewrite_sizes``): ``min``/``max`` of sizes, ``math.ceil(a / b)``, and slices they
+bound go through runtime helpers that keep them symbolic under tracing and are the builtins otherwise.
+
 The branches run as closures, so they read the function's other variables freely. A branch must be free of
-Python side effects (``torch.cond`` traces both): the statement rules above exclude the common ones.
+Python side effects (``torch.cond`` traces both): the statement rules above exclude the common ones, and
+EXPORT_PATCHES_REWRITE=auto keeps a rewrite only when its program matches eager on the export's inputs.
 
 ``substitute_expressions`` is the targeted variant the transformers rows use: named expressions or statements of
 one function replaced by traceable equivalents (a runtime assertion for what the code already implies, a shape
@@ -376,25 +393,32 @@ def _owned_names(definition) -> set[str]:
     name, attribute, index or view, see ``_may_alias``), and never handed to another name, a container or an
     attribute. Changing such a tensor in place (``h += 1``) equals rebinding the name (``h = h + 1``): no one
     else can see the difference."""
-    assigned: dict[str, bool] = {}
-    escaping: set[str] = set()
+    fresh: dict[str, bool] = {}
     for node in _walk_scope(definition):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
-                    assigned[target.id] = assigned.get(target.id, True) and not _may_alias(node.value)
-            escaping |= _names([node.value], ast.Load) if _may_alias(node.value) or any(
-                not isinstance(t, ast.Name) for t in node.targets) else set()
-        elif isinstance(node, (ast.For, ast.With, ast.NamedExpr, ast.AnnAssign)) or (
-                isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del)):
-            escaping |= _names([node], ast.Store) if not isinstance(node, ast.Name) else {node.id}
-        elif isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Yield)):  # return hands on the value only
-            escaping |= {n.id for n in ast.iter_child_nodes(node) if isinstance(n, ast.Name)}
-            if isinstance(node, ast.Dict):
-                escaping |= {n.id for n in node.values if isinstance(n, ast.Name)}
+                    fresh[target.id] = fresh.get(target.id, True) and not _may_alias(node.value)
+    return {name for name, only_fresh in fresh.items() if only_fresh} - _escaping(definition) - _parameters(definition)
+
+
+def _escaping(definition) -> set[str]:
+    """Variables whose tensor another holder may keep: assigned to another name, an attribute or an item,
+    put in a container (a literal or ``.append(...)``...), bound by ``for``/``with``/``:=``, or yielded."""
+    names: set[str] = set()
+    for node in _walk_scope(definition):
+        if isinstance(node, ast.Assign) and (_may_alias(node.value)
+                                             or not all(isinstance(t, ast.Name) for t in node.targets)):
+            names |= _names([node.value], ast.Load)
+        elif isinstance(node, (ast.For, ast.With, ast.NamedExpr, ast.AnnAssign)):
+            names |= _names([node], ast.Store)
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Yield)):
+            names |= {n.id for n in ast.iter_child_nodes(node) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Dict):
+            names |= {n.id for n in node.values if isinstance(n, ast.Name)}
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KEEPING_METHODS:
-            escaping |= _names(node.args + [k.value for k in node.keywords], ast.Load)
-    return {name for name, fresh in assigned.items() if fresh} - escaping - _parameters(definition)
+            names |= _names(node.args + [k.value for k in node.keywords], ast.Load)
+    return names  # a return hands on the value only: no one else holds it while the function runs
 
 
 def _in_place_on_others(statements, owned: set[str]) -> str:
