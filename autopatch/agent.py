@@ -210,10 +210,11 @@ class Agent:
 
     def _rewrite_after_failure(self, exc) -> bool:
         """EXPORT_PATCHES_REWRITE=auto: installs a rewrite of the function whose ``if`` stopped the export;
-        True when there is a new one to try. Otherwise a note on the exception says why not."""
-        from .rewrite import auto
-
+        True when there is a new one to try. Otherwise a note on the exception says why not. When this export
+        installed rewrites already and now fails on something else, they are not kept: the first error comes
+        back."""
         from . import scope
+        from .rewrite import auto
 
         found = auto.failing_function(exc)
         run = scope.current_run()
