@@ -297,3 +297,22 @@ def updates_its_input(x):
     if x.sum() > 0:
         x += 1
     return x
+
+
+class TwoInARow(torch.nn.Module):
+    """Two functions whose ``if`` stops the export, one after the other: ``gate`` first, then this forward (auto
+    mode rewrites one per round)."""
+
+    paths = 2
+
+    def forward(self, x, mask):
+        y = gate(x, mask)
+        if y.sum() > 0:
+            return y
+        return -y
+
+    @staticmethod
+    def inputs(batch, path):
+        if path == 0:  # a mask (gate zeroes part of x), then a positive sum
+            return torch.rand(batch, 4) + 0.1, torch.rand(batch, 4) > 0.5
+        return -torch.rand(batch, 4) - 1.1, torch.zeros(batch, 4).bool()  # no mask (x + 1), a negative sum

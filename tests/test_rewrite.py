@@ -561,3 +561,14 @@ def test_diff_shows_an_early_return_and_the_copies_it_costs(make_agent):
     diff = format_diff(own.records["rewrite.test.EarlyReturn.forward"].spec)
     assert "+        return __autopatch_rt.fresh(x)\n" in diff  # the copy of the input it returns, under tracing
     assert "__autopatch_rt.cond_return(__autopatch_test_1, __autopatch_then_1, __autopatch_else_1, ()" in diff
+
+
+def test_auto_rewrites_several_functions_one_round_each():
+    done = _pattern_run("TwoInARow", EXPORT_PATCHES_REWRITE="auto")
+    assert "MATCHED" in done.stdout, done.stdout
+    assert ("EXPORTED ['rewrite.auto.rewrite_target.TwoInARow.forward', 'rewrite.auto.rewrite_target.gate', "
+            in done.stdout), done.stdout
+    rounds = [line for line in done.stderr.splitlines() if "exporting again" in line]
+    assert len(rounds) == 2 and "rewrite_target.gate" in rounds[0] and "TwoInARow.forward" in rounds[1], rounds
+    without = _pattern_run("TwoInARow")
+    assert "FAILED GuardOnDataDependentSymNode" in without.stdout, without.stdout
