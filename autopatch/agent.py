@@ -163,6 +163,7 @@ class Agent:
                 from . import scope
 
                 scope.on_export_failure = self._rewrite_after_failure
+                scope.on_export_result = self._rewrite_after_success
             logs.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
             return sel
 
@@ -209,28 +210,109 @@ class Agent:
 
     def _rewrite_after_failure(self, exc) -> bool:
         """EXPORT_PATCHES_REWRITE=auto: installs a rewrite of the function whose ``if`` stopped the export;
-        True when there is a new one to try. Otherwise a note on the exception says why not."""
+        True when there is a new one to try. Otherwise a note on the exception says why not. When this export
+        installed rewrites already and now fails on something else, they are not kept: the first error comes
+        back."""
+        from . import scope
         from .rewrite import auto
 
         found = auto.failing_function(exc)
+        run = scope.current_run()
+        if isinstance(found, str) and run is not None and run.rewrites:
+            # The rewritten export stopped on something else (torch.cond refusing a branch's side effect...).
+            self._reject_auto_rewrites(run.rewrites, f"the export with it failed: {_summary(exc)}")
         if isinstance(found, str):
             return False  # not a data-dependent guard in reachable code: nothing for this mode to say
-        module, qualname, line = found
+        return self._install_auto_rewrite(*found, "a data-dependent `if` at line {} stopped the export",
+                                          lambda text: _note(exc, text), exc)
+
+    def _rewrite_after_success(self, result, entry_args, entry_kwargs, may_retry: bool):
+        """EXPORT_PATCHES_REWRITE=auto, after an export succeeded. When its program fixed which of two sizes is
+        the smaller (builtin min/max, then a slice), installs a rewrite of that function: ``scope.RETRY``. Then,
+        when this export installed rewrites, keeps them only if the program matches eager on the export's own
+        inputs; otherwise they are taken out and the export's original error is raised (or its first program
+        returned), with a note saying why."""
+        from . import scope
+        from .rewrite import auto
+
+        found = auto.size_relation_function(result) if may_retry else "no round left"
+        if not isinstance(found, str) and self._install_auto_rewrite(
+                *found, "a min/max of sizes at line {} made the program guard which size is the smaller",
+                lambda text: logs.warning("%s", text), result):
+            return scope.RETRY
+        run = scope.current_run()
+        if run is None or not run.rewrites:
+            return result
+        problem = self._mismatch_on_export_inputs(result, entry_args, entry_kwargs)
+        if not problem:
+            return result
+        return self._reject_auto_rewrites(run.rewrites, f"its program does not match eager on the export's own "
+                                          f"inputs ({problem})")
+
+    def _mismatch_on_export_inputs(self, result, entry_args, entry_kwargs) -> str:
+        """How the exported program differs from eager on the inputs it was exported with ('' if it does not).
+        Each side runs on its own copy of the inputs (a model may update a cache in place), eager out of export
+        scope, as the user's program runs it."""
+        import copy
+
+        import torch
+
+        from . import scope
+        from .rewrite import auto
+
+        model = scope.exported_module(entry_args, entry_kwargs)
+        try:
+            args, kwargs = auto.entry_inputs(entry_args, entry_kwargs)
+            program = auto.program_of(result).module()
+            with torch.no_grad():
+                with scope.outside_export():
+                    expected = model(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+                got = program(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+        except Exception as exc:
+            return f"the exported program could not be compared with eager: {type(exc).__name__}: {exc}"
+        return auto.differences(got, expected)
+
+    def _reject_auto_rewrites(self, rewrites: list, problem: str):
+        """Takes this export's auto rewrites out again, and raises the error that asked for the first (or returns
+        the program it replaced), with a note saying why (``problem``)."""
+        from . import install
+
+        names = ", ".join(patch_id for patch_id, _ in rewrites)
+        note = f"autopatch (EXPORT_PATCHES_REWRITE=auto): {names} not kept: {problem}; the export's own outcome stands"
+        with self._lock:
+            for patch_id, _ in rewrites:
+                record = self.records[patch_id]
+                if record.state in state.INSTALLED:
+                    install.uninstall(record)
+                record.set(state.SKIPPED, note)
+        first = rewrites[0][1]
+        if isinstance(first, BaseException):
+            _note(first, note)
+            raise first
+        logs.warning("%s", note)
+        return first
+
+    def _install_auto_rewrite(self, module: str, qualname: str, line, why: str, say, cause) -> bool:
+        """Installs ``rewrite.auto.<module>.<qualname>``, ``why`` naming the line as ``{}``, for ``cause`` (the
+        error or program that asked for it); True when it is new and installed, else ``say`` gets the reason."""
+        from . import scope
+        from .rewrite import auto
+
         spec = auto.spec_for(module, qualname)
         with self._lock:
             if spec.id in self.records:
-                _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} is rewritten already and "
-                      f"still stops the export at line {line}: {self.records[spec.id].detail or 'see autopatch diff'}")
+                say(f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} is rewritten already and "
+                    f"still stops the export at line {line}: {self.records[spec.id].detail or 'see autopatch diff'}")
                 return False
             self.add(spec)
             record = self.records[spec.id]
             self._arm(record)
         if record.state not in state.INSTALLED:
-            _note(exc, f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} not rewritten: "
-                  f"{record.state}: {record.detail.strip().splitlines()[-1] if record.detail.strip() else ''}")
+            say(f"autopatch (EXPORT_PATCHES_REWRITE=auto): {module}.{qualname} not rewritten: "
+                f"{record.state}: {record.detail.strip().splitlines()[-1] if record.detail.strip() else ''}")
             return False
-        logs.warning("autopatch: rewrote %s.%s (a data-dependent `if` at line %s stopped the export); exporting "
-                    "again", module, qualname, line)
+        logs.warning("autopatch: rewrote %s.%s (%s); exporting again", module, qualname, why.format(line))
+        scope.current_run().rewrites.append((spec.id, cause))
         return True
 
     def disable(self) -> None:
@@ -238,6 +320,8 @@ class Agent:
             scope = sys.modules.get(f"{__package__}.scope")  # not imported: no hook of ours in it
             if scope is not None and scope.on_export_failure == self._rewrite_after_failure:
                 scope.on_export_failure = None
+            if scope is not None and scope.on_export_result == self._rewrite_after_success:
+                scope.on_export_result = None
             self._ungated.clear()  # every pending record becomes DISABLED
             for record in self._records.values():
                 if record.state in state.INSTALLED:
@@ -297,3 +381,11 @@ AGENT = Agent()
 def _note(exc, text: str) -> None:
     if hasattr(exc, "add_note"):  # Python 3.11+
         exc.add_note(text)
+
+
+def _summary(exc) -> str:
+    """One line for an exception: its type and the line that explains it (dynamo's own "Explanation:" when it
+    gives one, the first line of the message otherwise)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    explained = next((line for line in lines if line.startswith("Explanation:")), lines[0] if lines else "")
+    return f"{type(exc).__name__}: {explained}"

@@ -29,10 +29,13 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(root) + os.sep for root in roots)
 
 
+def is_outside(filename: str, roots=None) -> bool:
+    """``filename`` is neither torch's, autopatch's, the standard library's nor generated code (``<string>``...)."""
+    return not filename.startswith("<") and not os.path.realpath(filename).startswith(roots or _library_roots())
+
+
 def outside_frames(tb) -> list:
     """``(frame, line)`` of a traceback, outermost first, less torch's, autopatch's, the standard library's and
     generated code (``<string>``...)."""
     roots = _library_roots()
-    return [(frame, line) for frame, line in traceback.walk_tb(tb)
-            if not os.path.realpath(frame.f_code.co_filename).startswith(roots)
-            and not frame.f_code.co_filename.startswith("<")]
+    return [(frame, line) for frame, line in traceback.walk_tb(tb) if is_outside(frame.f_code.co_filename, roots)]

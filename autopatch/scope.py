@@ -35,6 +35,12 @@ _runs_lock = threading.Lock()
 #: ``fn(exception) -> bool`` called when an outermost export fails; True: it changed something (installed a
 #: rewrite), so the export runs again. Set by the agent under EXPORT_PATCHES_REWRITE=auto.
 on_export_failure = None
+#: ``fn(result, entry_args, entry_kwargs, may_retry) -> result or RETRY`` called when an outermost export
+#: succeeds: RETRY when it installed a rewrite that removes a guard the result holds (a size relation fixed through
+#: min/max), so the export runs again; else the result to return (it may raise instead). Set with
+#: on_export_failure.
+on_export_result = None
+RETRY = object()
 MAX_RETRIES = 8
 #: ``fn(entry_args, entry_kwargs) -> undo`` run when an outermost export starts in this thread, undone when it
 #: ends: for patches that must see the module being exported (forward pre-hooks). A hook that raises is logged
@@ -58,6 +64,9 @@ class ExportRun:
         #: torch.export.export's _export): each with its time, outcome and the hits made inside it.
         self.stages: list[dict] = []
         self._in_stage = False
+        #: EXPORT_PATCHES_REWRITE=auto: ``(patch id, what asked for it)`` per rewrite installed during this run:
+        #: the export's error, or the program that held a size-relation guard.
+        self.rewrites: list = []
 
     def stage(self, entry: str, call, args, kwargs):
         """Runs a nested entry point as one stage of this run. Only the first level is a stage: what it calls in
@@ -125,6 +134,16 @@ in_export._dynamo_marked_constant = True
 
 def current_run():
     return _RUN.get()
+
+
+@contextlib.contextmanager
+def outside_export():
+    """This thread out of export scope for the duration: code runs as it does in the user's eager program."""
+    token = _RUN.set(None)
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
 
 
 def last_run():
@@ -262,11 +281,16 @@ def make_entry(original, record):
         try:
             for attempt in range(MAX_RETRIES + 1):
                 try:
-                    return original(*args, **kwargs)
+                    result = original(*args, **kwargs)
                 except Exception as exc:
                     retry = on_export_failure
                     if retry is None or attempt == MAX_RETRIES or not retry(exc):
                         raise
+                    continue
+                check = on_export_result
+                outcome = result if check is None else check(result, args, kwargs, attempt < MAX_RETRIES)
+                if outcome is not RETRY:
+                    return outcome
         except BaseException as exc:
             run.error = one_line(exc)
             raise

@@ -6,6 +6,7 @@ rows on tiny seq2seq models: each fails without its patch, exports with it and m
 both branches of the rewritten ``if``."""
 
 import copy
+import math
 import subprocess
 import sys
 
@@ -36,7 +37,7 @@ def _user_spec(qualname):
 
 def test_rewritten_function_equals_the_original_on_real_tensors():
     forward = rewrite_tensor_conditions(target.ClampIfLarge.forward)
-    assert forward.__autopatch_rewritten__ == (15, 17, 20)  # the mask test, the if and its elif
+    assert forward.__autopatch_rewritten__ == (17, 19, 22)  # the mask test, the if and its elif
     assert "torch.cond" not in forward.__autopatch_source__  # the runtime helper calls it, only when tracing
     model = target.ClampIfLarge()
     for scale in (0.1, 10.0, -10.0):
@@ -56,8 +57,10 @@ def test_python_conditions_keep_short_circuit_and_the_original_branch():
 
 
 @pytest.mark.parametrize("function, why", [
-    (target.returns_inside, "line 38: a branch holds `return`"),
-    (target.assigns_an_attribute, "line 44: a branch assigns an attribute or item"),
+    (target.assigns_an_attribute, "line 40: a branch assigns an attribute or item"),
+    (target.returns_in_a_loop, "line 189: it returns from inside a for loop"),
+    (target.returns_after_a_side_effect, "line 196: a branch assigns an attribute or item"),
+    (target.updates_its_input, "line 297: a branch changes `x` in place"),
     (target.only_python_tests, "no if statement with a call or comparison in its test"),
 ])
 def test_what_cannot_be_rewritten_says_why(function, why):
@@ -108,16 +111,16 @@ def test_user_model_exports_with_the_rewrite_and_takes_every_branch_at_run_time(
 
 
 def test_status_and_diff_show_the_generated_code(make_agent):
-    own = make_agent([_user_spec("ClampIfLarge.forward"), _user_spec("returns_inside")])
+    own = make_agent([_user_spec("ClampIfLarge.forward"), _user_spec("returns_in_a_loop")])
     import rewrite_target  # noqa: F401  (installs on import; already imported: applied late)
 
     records = own.records
     assert records["rewrite.test.ClampIfLarge.forward"].state in ("applied", "applied-late")
-    assert records["rewrite.test.returns_inside"].state == "skipped"
-    assert "a branch holds `return`" in records["rewrite.test.returns_inside"].detail
+    assert records["rewrite.test.returns_in_a_loop"].state == "skipped"
+    assert "it returns from inside a for loop" in records["rewrite.test.returns_in_a_loop"].detail
     diff = format_diff(records["rewrite.test.ClampIfLarge.forward"].spec)
     assert diff.startswith("rewrite: rewrite_target.ClampIfLarge.forward -> autopatch.rewrite:")
-    for line in (15, 17, 20):  # each rewritten if dispatches to torch.cond, naming its line in the original
+    for line in (17, 19, 22):  # each rewritten if dispatches to torch.cond, naming its line in the original
         assert f"rewrite_target.py:{line}')" in diff
     assert "+    elif __autopatch_test_3:\n+        limit = 1.0\n" in diff  # the original branch, when not traced
 
@@ -268,7 +271,7 @@ def test_auto_rewrites_the_function_that_stopped_the_export_and_exports_again():
     done = _auto("t.ClampIfLarge()", EXPORT_PATCHES_REWRITE="auto")
     assert "EXPORTED ['rewrite.auto.rewrite_target.ClampIfLarge.forward', " in done.stdout
     assert "'rewrite.auto.rewrite_target.ClampIfLarge.forward': 'applied-late'" in done.stdout
-    assert "rewrote rewrite_target.ClampIfLarge.forward (a data-dependent `if` at line 17" in done.stderr
+    assert "rewrote rewrite_target.ClampIfLarge.forward (a data-dependent `if` at line 19" in done.stderr
     without = _auto("t.ClampIfLarge()")  # no auto: the export fails as it does without autopatch
     assert "FAILED GuardOnDataDependentSymNode []" in without.stdout
 
@@ -302,10 +305,10 @@ def test_auto_works_under_torch_onnx_export_too():
 
 
 def test_auto_says_why_when_the_function_cannot_be_rewritten():
-    done = _auto("t.ReturnsEarly()", EXPORT_PATCHES_REWRITE="auto")
+    done = _auto("t.ReturnsInALoop()", EXPORT_PATCHES_REWRITE="auto")
     assert "FAILED GuardOnDataDependentSymNode" in done.stdout
-    assert "rewrite_target.ReturnsEarly.forward not rewritten: skipped: nothing to rewrite" in done.stdout
-    assert "a branch holds `return`" in done.stdout
+    assert "rewrite_target.ReturnsInALoop.forward not rewritten: skipped: nothing to rewrite" in done.stdout
+    assert "it returns from inside a for loop" in done.stdout
 
 
 @pytest.mark.requires("transformers>=5")  # one version is enough: the shipped rows prove both
@@ -323,3 +326,249 @@ def test_auto_finds_a_transformers_layer_on_its_own(make_agent, monkeypatch):
         torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits)
     own.disable()
     assert own.records[auto_id].state == "disabled"
+
+
+# --- what people write (issue 21): early returns, elif chains, views, helpers, submodules' methods -------------
+# Each pattern: the rewritten function equals the original in eager on every path; plain export stops on it;
+# EXPORT_PATCHES_REWRITE=auto, in a fresh interpreter running a plain script, exports it, and the program matches
+# eager at other batch sizes than traced, on every path.
+
+#: Pattern model -> the function auto mode rewrites in it.
+PATTERNS = {"EarlyReturn": "EarlyReturn.forward", "ElifChain": "ElifChain.forward", "CallsAHelper": "gate",
+            "WithSubmodule": "Scaler.scale", "ViewInBranch": "ViewInBranch.forward",
+            "MinOfSizes": "MinOfSizes.forward", "UpdatesInPlace": "UpdatesInPlace.forward"}
+
+PATTERN_CODE = """
+import torch, autopatch, rewrite_target as t
+cls = t.{name}
+m = cls()
+args = cls.inputs(2, 0)
+try:
+    dim = getattr(cls, "dynamic_dim", 0)
+    p = {export}(m, args, dynamic_shapes=tuple({{dim: torch.export.Dim.DYNAMIC}} for _ in args){options})
+except Exception as exc:
+    print("FAILED", type(exc).__name__, getattr(exc, "__notes__", []))
+    raise SystemExit(0)
+try:
+    for batch in (1, 3, 5):
+        for path in range(cls.paths):
+            inputs = cls.inputs(batch, path)
+            {compare}
+except AssertionError as exc:  # the program refuses an input (a guard) or differs from eager
+    print("REFUSED", str(exc).splitlines()[0])
+    raise SystemExit(0)
+print("MATCHED", cls.paths, "paths")
+print("EXPORTED", sorted(autopatch.last_export_report()["patches"]))
+"""
+EXPORT_COMPARE = "torch.testing.assert_close(p.module()(*inputs), m(*inputs))"
+
+
+def _pattern_run(name, export="torch.export.export", options="", compare=EXPORT_COMPARE, **env):
+    tests = str(registry.__file__).rsplit("/autopatch/", 1)[0] + "/tests"
+    code = PATTERN_CODE.format(name=name, export=export, options=options, compare=compare)
+    done = run_py(code, EXPORT_PATCHES="1", PYTHONPATH=tests, **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _owner(qualname):
+    owner = target
+    for part in qualname.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_each_pattern_rewritten_equals_the_original_in_eager_on_every_path(name):
+    original = _owner(PATTERNS[name])
+    rewritten = rewrite_tensor_conditions(original)
+    model = getattr(target, name)()
+    torch.manual_seed(0)
+    for batch in (1, 4):
+        for path in range(model.paths):
+            inputs = model.inputs(batch, path)
+            expected = model(*inputs)
+            if PATTERNS[name].endswith(".forward"):
+                got = rewritten(model, *inputs)
+            elif name == "WithSubmodule":
+                got = rewritten(model.scaler, inputs[0] * 2) + 1
+            else:
+                got = rewritten(*inputs) * 3
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+@pytest.mark.parametrize("name", [name for name in PATTERNS if name != "MinOfSizes"])
+def test_each_pattern_stops_plain_export(make_agent, name, strict):
+    make_agent([])
+    model = getattr(target, name)()
+    args = model.inputs(2, 0)
+    with pytest.raises(Exception, match="(?i)data-dependent|aliasing"):
+        torch.export.export(model, args, dynamic_shapes=tuple({0: DYN} for _ in args), strict=strict)
+
+
+def test_min_of_sizes_exports_but_refuses_the_other_order_without_the_rewrite(make_agent):
+    make_agent([])
+    model = target.MinOfSizes()
+    program = torch.export.export(model, model.inputs(2, 0), dynamic_shapes=({1: DYN}, {1: DYN}))
+    shorter_first = model.inputs(3, 0)
+    torch.testing.assert_close(program.module()(*shorter_first), model(*shorter_first))
+    with pytest.raises(AssertionError, match=r"Guard failed: x.size\(\)\[1\] == min\(x.size\(\)\[1\], y.size"):
+        program.module()(*model.inputs(3, 1))
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_auto_exports_each_pattern_and_matches_eager_on_every_path_at_other_sizes(name):
+    done = _pattern_run(name, EXPORT_PATCHES_REWRITE="auto")
+    assert "MATCHED" in done.stdout, done.stdout
+    assert f"EXPORTED ['rewrite.auto.rewrite_target.{PATTERNS[name]}'" in done.stdout, done.stdout
+    without = _pattern_run(name)
+    assert "FAILED" in without.stdout or "REFUSED Guard failed" in without.stdout, without.stdout
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_auto_exports_each_pattern_under_strict_too(name):
+    """dynamo reports an `if` on a tensor as "Data-dependent branching" with the user code's file and line only:
+    auto mode finds the function from them (plain strict export fails: test_each_pattern_stops_plain_export)."""
+    done = _pattern_run(name, options=", strict=True", EXPORT_PATCHES_REWRITE="auto")
+    assert "MATCHED" in done.stdout, done.stdout
+    assert f"EXPORTED ['rewrite.auto.rewrite_target.{PATTERNS[name]}'" in done.stdout, done.stdout
+
+
+ONNX_COMPARE = """expected = m(*inputs)
+            for got, want in zip(p(*inputs), expected if isinstance(expected, tuple) else (expected,)):
+                torch.testing.assert_close(torch.as_tensor(got), want)"""
+
+
+@pytest.mark.parametrize("name", ["EarlyReturn", "ElifChain", "MinOfSizes"])
+def test_auto_exports_patterns_under_torch_onnx_export(name):
+    """torch.onnx.export(dynamo=True): the guard error arrives as the __cause__ of its TorchExportError;
+    onnxruntime matches eager on every path at other sizes. The ONNX model of MinOfSizes needs no rewrite: it
+    holds no input guard, and its Slice computes the shorter length for either order (measured here)."""
+    needs_onnx()
+    done = _pattern_run(name, export="torch.onnx.export", options=", dynamo=True, verbose=False",
+                        compare=ONNX_COMPARE, EXPORT_PATCHES_REWRITE="auto")
+    assert "MATCHED" in done.stdout, done.stdout
+    rewritten = f"'rewrite.auto.rewrite_target.{PATTERNS[name]}'" in done.stdout
+    assert rewritten == (name != "MinOfSizes"), done.stdout
+
+
+def test_an_elif_chain_becomes_nested_conds_in_one_function():
+    rewritten = rewrite_tensor_conditions(target.ElifChain.forward)
+    assert rewritten.__autopatch_rewritten__ == (103, 105)
+    source = rewritten.__autopatch_source__
+    assert source.count("__autopatch_rt.cond_return(") == 2
+    # A name may be an input or a view of one: copied under tracing (the cost: one copy per call).
+    assert "return (__autopatch_rt.fresh(y), __autopatch_rt.fresh(total))" in source
+    model = target.ElifChain()
+    program = torch.export.export(_routed(model, rewritten), model.inputs(2, 0),
+                                  dynamic_shapes=({0: DYN},))
+    assert sum(n.target is torch.ops.higher_order.cond for n in program.graph.nodes) == 1  # the elif: nested
+    for path in range(3):
+        inputs = model.inputs(6, path)
+        torch.testing.assert_close(program.module()(*inputs), model(*inputs))
+
+
+def _routed(model, forward):
+    """``model`` (of one input) whose forward is ``forward`` (a rewritten copy), without the patch table."""
+
+    class Routed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            return forward(self.inner, x)
+
+    return Routed()
+
+
+# --- safety: what auto mode does not keep, and what it says ------------------------------------------------------
+
+@pytest.mark.parametrize("name, why", [
+    ("DiffersWhileCompiling", "not kept: its program does not match eager on the export's own inputs (output 0: "
+                              "Tensor-likes are not close!)"),
+    ("TracingChangesState", "not kept: the export with it failed: UncapturedHigherOrderOpError: Explanation: "
+                            "Mutating a variable from outside the scope of this HOP is not supported."),
+])
+def test_auto_keeps_no_rewrite_it_cannot_show_equivalent_and_the_original_error_comes_back(name, why):
+    done = _pattern_run(name, EXPORT_PATCHES_REWRITE="auto")
+    assert "FAILED GuardOnDataDependentSymNode" in done.stdout, done.stdout  # the original error
+    assert f"rewrite.auto.rewrite_target.{name}.forward {why}" in done.stdout, done.stdout
+
+
+def _export_error(model, strict=False):
+    args = model.inputs(2, 0)
+    try:
+        torch.export.export(model, args, dynamic_shapes=tuple({0: DYN} for _ in args), strict=strict)
+    except Exception as exc:  # noqa: BLE001 (any export error is what diagnose hands over)
+        return exc
+    raise AssertionError("the export was expected to fail")
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_suggest_rewrite_names_the_function_that_stopped_an_export(make_agent, strict):
+    """What `autopatch diagnose` can call: an export's exception (or a program) in, one line out."""
+    from autopatch.rewrite.auto import suggest_rewrite
+
+    make_agent([])
+    assert suggest_rewrite(_export_error(target.CallsAHelper(), strict)) == (
+        "rewrite rewrite_target.gate (the `if` on a tensor at line 116): EXPORT_PATCHES_REWRITE=auto, or "
+        "EXPORT_PATCHES_REWRITE=rewrite_target:gate")
+    model = target.MinOfSizes()
+    program = torch.export.export(model, model.inputs(2, 0), dynamic_shapes=({1: DYN}, {1: DYN}), strict=strict)
+    assert suggest_rewrite(program).startswith(
+        "rewrite rewrite_target.MinOfSizes.forward (the min/max of sizes and the slices it bounds at line 211)")
+    assert suggest_rewrite(ValueError("not an export error")) == ""
+
+
+def test_sizes_through_builtins_are_the_builtins_in_eager():
+    from autopatch.rewrite import runtime
+
+    assert runtime.sym_min(3, 1, 2) == 1 and runtime.sym_max(3, 1, 2) == 3 and runtime.sym_min([4, 2]) == 2
+    assert runtime.ceil_div(math.ceil, 7, 2) == 4 and runtime.ceil_div(math.ceil, 7.5, 2) == 4
+    x = torch.arange(12).reshape(3, 4)
+    assert runtime.take(x, (slice(None), slice(None, 2))).data_ptr() == x.data_ptr()  # eager: the view, as before
+    rewritten = rewrite_tensor_conditions(target.chunks_of)
+    assert "__autopatch_rt.ceil_div(math.ceil, x.shape[-1], size)" in rewritten.__autopatch_source__
+    assert "__autopatch_rt.sym_max(count * size - x.shape[-1], 0)" in rewritten.__autopatch_source__
+    for length in (1, 4, 5, 13):
+        x = torch.randn(2, length)
+        torch.testing.assert_close(rewritten(x, 4), target.chunks_of(x, 4), rtol=0, atol=0)
+
+
+def test_chunked_sizes_export_at_other_lengths():
+    rewritten = rewrite_tensor_conditions(target.chunks_of)
+
+    class Chunks(torch.nn.Module):
+        def forward(self, x):
+            return rewritten(x, 4)
+
+    program = torch.export.export(Chunks(), (torch.randn(2, 13),), dynamic_shapes=({1: DYN},))
+    for length in (5, 8, 17, 30):  # not 1 to 4: torch specializes a count of one chunk (`count != 1`)
+        x = torch.randn(2, length)
+        torch.testing.assert_close(program.module()(x), target.chunks_of(x, 4))
+
+
+def test_a_slice_is_not_copied_where_the_function_changes_tensors_in_place():
+    rewritten = rewrite_tensor_conditions(target.trims_then_updates)
+    assert "__autopatch_rt.take" not in rewritten.__autopatch_source__
+    assert "__autopatch_rt.sym_min(x.shape[1], y.shape[1])" in rewritten.__autopatch_source__
+
+
+def test_diff_shows_an_early_return_and_the_copies_it_costs(make_agent):
+    own = make_agent([_user_spec("EarlyReturn.forward")])
+    diff = format_diff(own.records["rewrite.test.EarlyReturn.forward"].spec)
+    assert "+        return __autopatch_rt.fresh(x)\n" in diff  # the copy of the input it returns, under tracing
+    assert "__autopatch_rt.cond_return(__autopatch_test_1, __autopatch_then_1, __autopatch_else_1, ()" in diff
+
+
+def test_auto_rewrites_several_functions_one_round_each():
+    done = _pattern_run("TwoInARow", EXPORT_PATCHES_REWRITE="auto")
+    assert "MATCHED" in done.stdout, done.stdout
+    assert ("EXPORTED ['rewrite.auto.rewrite_target.TwoInARow.forward', 'rewrite.auto.rewrite_target.gate', "
+            in done.stdout), done.stdout
+    rounds = [line for line in done.stderr.splitlines() if "exporting again" in line]
+    assert len(rounds) == 2 and "rewrite_target.gate" in rounds[0] and "TwoInARow.forward" in rounds[1], rounds
+    without = _pattern_run("TwoInARow")
+    assert "FAILED GuardOnDataDependentSymNode" in without.stdout, without.stdout

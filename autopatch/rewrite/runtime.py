@@ -7,6 +7,8 @@ original branch as before.
 
 from __future__ import annotations
 
+import functools
+
 
 def _torch():
     import torch  # a rewritten function only runs inside a torch model: torch is loaded by then
@@ -85,6 +87,63 @@ def is_empty(value) -> bool:
     return value.shape[0] == 0 if is_tensor(value) else len(value) == 0
 
 
+def _is_size(value) -> bool:
+    """A Python int or a symbolic one (a size being traced)."""
+    return isinstance(value, (int, _torch().SymInt)) and not isinstance(value, bool)
+
+
+def _symbolic(values) -> bool:
+    return any(isinstance(value, _torch().SymInt) for value in values) and all(_is_size(v) for v in values)
+
+
+def sym_min(*values):
+    """``min(a, b, ...)``: for sizes being traced, ``torch.sym_min`` (a symbolic minimum, no guard on which one is
+    smaller); anything else, the builtin."""
+    if not _symbolic(values):
+        return min(*values)
+    return functools.reduce(_torch().sym_min, values)
+
+
+def sym_max(*values):
+    """``max(a, b, ...)``: as ``sym_min``, with ``torch.sym_max``."""
+    if not _symbolic(values):
+        return max(*values)
+    return functools.reduce(_torch().sym_max, values)
+
+
+def ceil_div(ceil, numerator, denominator):
+    """``ceil(numerator / denominator)`` (``ceil`` is the code's own ``math.ceil``): for sizes being traced, the
+    integer ``-(-numerator // denominator)``, equal for sizes and symbolic (``/`` would make a float symbol)."""
+    if not _symbolic((numerator, denominator)):
+        return ceil(numerator / denominator)
+    return -(-numerator // denominator)
+
+
+def take(value, index):
+    """``value[index]``. For a tensor being traced and an index made of plain slices whose bounds torch knows are
+    not negative (``x[:, :n]`` with ``n = min(x.shape[1], y.shape[1])``), ``narrow_copy`` per sliced dim instead:
+    the same values, as a new tensor, where the view ``x[:, :n]`` makes torch guard on whether it is contiguous,
+    i.e. on which size is the smaller (``Eq(s0, Min(s0, s1))``), and the program refuses the other case."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if not (is_traced_tensor(value) and len(parts) <= value.dim()
+            and all(isinstance(part, slice) and part.step in (None, 1) for part in parts)):
+        return value[index]
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    torch = _torch()
+    bounds = [(dim, part.start, part.stop) for dim, part in enumerate(parts)
+              if part.start is not None or part.stop is not None]
+    if not all(bound is None or statically_known_true(bound >= 0) for _, start, stop in bounds
+               for bound in (start, stop)):
+        return value[index]  # a negative bound counts from the end: left to torch's own slicing
+    for dim, start, stop in bounds:
+        size = value.shape[dim]
+        start = 0 if start is None else torch.sym_min(start, size)
+        stop = size if stop is None else torch.sym_min(stop, size)  # Python clamps slice bounds to the size
+        value = value.narrow_copy(dim, start, torch.sym_max(stop - start, 0))
+    return value
+
+
 def _as_tensor(value, like):
     return value if is_tensor(value) else _torch().tensor(bool(value), device=like.device)
 
@@ -93,10 +152,49 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
     """``torch.cond`` for a rewritten ``if``.
 
     ``carried`` are the values the branches take as arguments (the variables they assign that exist before the
-    ``if``); both branches return the variables named in ``outputs``, in that order. torch.cond accepts only
-    tensors as operands: Python values among ``carried`` reach the branches through a closure instead. An output that
-    is one of the branch's inputs is cloned, since torch.cond refuses outputs aliasing inputs (a branch that
-    leaves a variable as it was is the common case; a view of an input still fails, with torch's message).
+    ``if``); both branches return the variables named in ``outputs``, in that order.
+    """
+    torch = _torch()
+
+    def checked(values):
+        for name, value in zip(outputs, values):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but "
+                    f"{name!r} is {type(value).__name__}; this if cannot be rewritten (exclude the patch)"
+                )
+        return values
+
+    return _traced_cond(predicate, then_branch, else_branch, carried, checked)
+
+
+def cond_return(predicate, then_branch, else_branch, carried: tuple, where: str):
+    """``torch.cond`` for a rewritten ``if`` that returns: each branch is one way the function can end (the
+    ``if``'s body, or what follows it), and returns the function's value, a tensor or a tuple, list or dict of
+    them, of the same structure on both paths (torch.cond says so when they differ)."""
+    torch = _torch()
+
+    def checked(value):
+        leaves = torch.utils._pytree.tree_leaves(value)
+        odd = next((leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)), None)
+        if value is None or odd is not None:
+            raise TypeError(
+                f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but a path of the "
+                f"function returns {type(odd if value is not None else value).__name__}; this if cannot be "
+                "rewritten (exclude the patch)"
+            )
+        return value
+
+    return _traced_cond(predicate, then_branch, else_branch, carried, checked)
+
+
+def _traced_cond(predicate, then_branch, else_branch, carried: tuple, checked):
+    """torch.cond over two branches that take ``carried`` and whose results ``checked`` validates.
+
+    torch.cond accepts only tensors as operands: Python values among ``carried`` reach the branches through a
+    closure instead. An output that is one of the branch's arguments is cloned, since torch.cond refuses outputs
+    aliasing its inputs (a branch that leaves a variable as it was is the common case); the rewriter wraps
+    outputs that may be views in ``fresh`` (dynamo cannot ask a tensor whether it is a view).
     """
     torch = _torch()
     positions = [i for i, value in enumerate(carried) if isinstance(value, torch.Tensor)]
@@ -106,14 +204,9 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
             args = list(carried)
             for position, tensor in zip(positions, tensors):
                 args[position] = tensor
-            values = branch(*args)
-            for name, value in zip(outputs, values):
-                if not isinstance(value, torch.Tensor):
-                    raise TypeError(
-                        f"autopatch rewrite of the if at {where}: torch.cond returns tensors only, but "
-                        f"{name!r} is {type(value).__name__}; this if cannot be rewritten (exclude the patch)"
-                    )
-            return tuple(value.clone() if any(value is t for t in tensors) else value for value in values)
+            values = checked(branch(*args))
+            return torch.utils._pytree.tree_map(
+                lambda value: value.clone() if any(value is t for t in tensors) else value, values)
 
         return run
 
@@ -121,6 +214,16 @@ def cond(predicate, then_branch, else_branch, carried: tuple, outputs: tuple, wh
         predicate = predicate != 0
     return torch.cond(predicate.reshape(()), bind(then_branch), bind(else_branch),
                       tuple(carried[i] for i in positions))
+
+
+def fresh(value):
+    """``value`` as it is, except inside a traced torch.cond branch, where a copy: the rewriter wraps a branch's
+    results that may be views of its inputs (``x[:, 1:]``, a name, ``x.view(...)``), since torch.cond refuses
+    outputs that alias an input. The cost, one copy of that result per call of the exported program, shows in
+    ``autopatch diff`` as the call itself. Eager code never copies."""
+    if not is_traced_tensor(value):
+        return value
+    return value.clone(memory_format=_torch().contiguous_format)
 
 
 def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
