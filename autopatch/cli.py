@@ -1,4 +1,4 @@
-"""The `autopatch` command: status, diff, run, validate, sitecustomize-path, --version.
+"""The `autopatch` command: status, diff, run, validate, diagnose, sitecustomize-path, --version.
 
 Text goes through ``terminal.Output`` (the terminal's width, color only on a terminal, no color under
 NO_COLOR); ``--json`` is the complete, machine-readable form and is never cut, folded or colored.
@@ -101,13 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sitecustomize-path", help="print the directory to put on PYTHONPATH for the sitecustomize door")
     va = sub.add_parser("validate", help="one model end to end: torch.export (and ONNX + onnxruntime) against eager "
                                          "at other sizes")
-    source = va.add_mutually_exclusive_group(required=True)
-    source.add_argument("--arch", metavar="MODEL_TYPE", help="a transformers architecture built tiny, offline (llama)")
-    source.add_argument("--model", metavar="DIR", help="a local config or checkpoint directory (nothing is downloaded)")
-    source.add_argument("--builder", metavar="MODULE:CALLABLE", help="returns (model, inputs_a, inputs_b)")
-    va.add_argument("--kind", help="which head of --arch: causal, seq2seq, vlm, speech, encoder (default: the whole "
-                                   "model, e.g. a VLM's conditional generation)")
-    va.add_argument("--step", help="prefill, decode, forward (default: decode where the model has it)")
+    _add_model_source(va)
     va.add_argument("--onnx", action="store_true", help="also torch.onnx.export(dynamo=True) and onnxruntime")
     va.add_argument("--strict", action="store_true", help="torch.export with strict=True (Dynamo)")
     va.add_argument("--padded", action="store_true", help="left-padded batches, as generate() gives them")
@@ -115,7 +109,29 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
     va.add_argument("--json", action="store_true", help="machine-readable: the whole report")
     va.add_argument("-v", "--verbose", action="store_true", help="a progress line per stage, every leaf's error")
+    dg = sub.add_parser("diagnose", help="which submodule stops torch.export: the model piece by piece, each "
+                                         "piece's dynamic shapes, status and what to do")
+    _add_model_source(dg)
+    dg.add_argument("--patches", metavar="SPEC", help="selection (default: $EXPORT_PATCHES, else 1; none: no patches)")
+    dg.add_argument("--strategy", default="only-if-failing",
+                    help="only-if-failing (default: a piece's children are tried where it fails), always (every "
+                         "piece), none (the whole model only)")
+    dg.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
+    dg.add_argument("--json", action="store_true", help="machine-readable: the whole report")
+    dg.add_argument("-v", "--verbose", action="store_true",
+                    help="a progress line per piece; every piece's dynamic shapes and location")
     return parser
+
+
+def _add_model_source(command) -> None:
+    """The model sources validate and diagnose share: exactly one of --arch, --model, --builder."""
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("--arch", metavar="MODEL_TYPE", help="a transformers architecture built tiny, offline (llama)")
+    source.add_argument("--model", metavar="DIR", help="a local config or checkpoint directory (nothing is downloaded)")
+    source.add_argument("--builder", metavar="MODULE:CALLABLE", help="returns (model, inputs_a, inputs_b)")
+    command.add_argument("--kind", help="which head of --arch: causal, seq2seq, vlm, speech, encoder (default: the "
+                                        "whole model, e.g. a VLM's conditional generation)")
+    command.add_argument("--step", help="prefill, decode, forward (default: decode where the model has it)")
 
 
 def main(argv=None) -> int:
@@ -140,6 +156,8 @@ def _main(argv) -> int:
         return _diff(args)
     if args.command == "validate":
         return _validate(args)
+    if args.command == "diagnose":
+        return _diagnose(args)
     print(doors.sitecustomize_dir() or "")
     return 0
 
@@ -260,4 +278,25 @@ def _validate(args) -> int:
         print(json.dumps(report, indent=2))
     else:
         sys.stdout.write(render(report, Output(sys.stdout), every_leaf=args.verbose))
+    return 0 if report["ok"] else 1
+
+
+def _diagnose(args) -> int:
+    from . import diagnose as diagnosis
+    from .diagnose_text import render
+    from .validate import BadInput
+
+    progress = (lambda text: print(f"autopatch diagnose: {text}", file=sys.stderr, flush=True)) if args.verbose \
+        else None
+    try:
+        report = diagnosis.diagnose(arch=args.arch, step=args.step, model=args.model, builder=args.builder,
+                                    kind=args.kind, patches=args.patches, strategy=args.strategy,
+                                    tolerance=args.tolerance, progress=progress)
+    except BadInput as exc:
+        print(f"autopatch diagnose: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        sys.stdout.write(render(report, Output(sys.stdout), verbose=args.verbose))
     return 0 if report["ok"] else 1

@@ -1,0 +1,205 @@
+"""`autopatch diagnose`: models that fail to export in one known submodule without the agent (a dynamic RoPE, a
+Mamba mixer, a 4.x MoE block, a user's `if` on a tensor). The tree must pin that piece by its qualified name, say
+what to do, give dynamic shapes that export it, and with the agent on report every piece OK. The command runs as a
+user runs it (a subprocess: exit code, text, JSON); bad input is one line and exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, clean_env, requires
+
+sys.path.insert(0, str(REPO / "tests"))
+
+
+def _diagnose(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "autopatch", "diagnose", *args],
+                          env=clean_env(PYTHONPATH=str(REPO / "tests"), **(env or {})), cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _report(*args, env=None):
+    out = _diagnose(*args, "--json", env=env)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert out.returncode == (0 if report["ok"] else 1)
+    return report
+
+
+def _piece(report, name):
+    return next(p for p in report["pieces"] if p["name"] == name)
+
+
+def _assert_every_ok_piece_was_compared(report):
+    """An OK piece is a program run on recorded calls at other sizes and matched leaf by leaf: never unchecked."""
+    for piece in report["pieces"]:
+        if piece["status"] == "ok":
+            assert piece["compared"] >= 2 and piece["other_sizes"] >= 1 and piece["leaves"] >= 1, piece
+            assert piece["max_abs"] <= report["tolerance"], piece
+
+
+# --- the tree pins the piece, and says what to do ---------------------------------------------------------------
+
+
+def test_a_users_if_on_a_tensor_is_pinned_to_its_module_with_the_rewrite_advice():
+    report = _report("--builder", "diagnose_target:tensor_if", "--patches", "none")
+    assert report["failing"] == ["gate"], report["failing"]
+    gate = _piece(report, "gate")
+    assert gate["status"] == "fail" and gate["error"].startswith("GuardOnDataDependentSymNode"), gate
+    assert gate["location"].endswith("diagnose_target.py:12 in forward"), gate["location"]
+    assert gate["advice"]["kind"] == "rewrite" and "EXPORT_PATCHES_REWRITE=auto" in gate["advice"]["text"]
+    assert "diagnose_target.Gate.forward" in gate["advice"]["text"]
+    assert [p["status"] for p in report["pieces"]] == ["fail", "ok", "fail", "ok"]  # (model), first, gate, last
+    assert gate["dynamic_shapes"] == "{'x': {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}}"
+    _assert_every_ok_piece_was_compared(report)
+
+
+def test_with_the_rewrite_on_the_same_model_is_all_ok():
+    report = _report("--builder", "diagnose_target:tensor_if", env={"EXPORT_PATCHES_REWRITE": "auto"})
+    assert report["ok"] and report["failing"] == [] and len(report["pieces"]) == 1, report
+    assert "rewrite.auto.diagnose_target.Gate.forward" in report["pieces"][0]["patches"]
+    _assert_every_ok_piece_was_compared(report)
+
+
+def test_a_dynamic_rope_is_pinned_to_the_rotary_embedding_and_names_the_patch_that_is_off():
+    report = _report("--builder", "diagnose_target:dynamic_rope_llama", "--patches", "none")
+    assert report["failing"] == ["model.rotary_emb"], report["failing"]
+    rotary = _piece(report, "model.rotary_emb")
+    assert rotary["class"] == "LlamaRotaryEmbedding" and rotary["status"] == "fail"
+    assert rotary["advice"] == {"kind": "patch-off", "patch": "transformers.rope.dynamic",
+                                "text": "shipped patch transformers.rope.dynamic is off: "
+                                        "EXPORT_PATCHES=transformers.rope.dynamic (EXPORT_PATCHES=1 selects it too)"}
+    assert "modeling_rope_utils.py" in rotary["location"], rotary["location"]
+    assert _piece(report, "model.layers.0")["status"] == "ok"  # looked through the ModuleList, never called
+    assert _piece(report, "model.layers")["status"] == "not-called"
+    _assert_every_ok_piece_was_compared(report)
+
+
+def test_with_the_agent_on_the_dynamic_rope_model_is_all_ok_and_the_patch_is_used():
+    report = _report("--builder", "diagnose_target:dynamic_rope_llama")
+    assert report["ok"] and [p["name"] for p in report["pieces"]] == ["(model)"], report
+    assert report["pieces"][0]["patches"].get("transformers.rope.dynamic", 0) > 0, report["pieces"][0]["patches"]
+    _assert_every_ok_piece_was_compared(report)
+
+
+@requires("transformers>=5.13")
+def test_a_mamba_mixer_is_pinned_in_every_layer_and_the_agent_makes_it_ok():
+    report = _report("--arch", "mamba", "--step", "prefill", "--patches", "none")
+    assert report["failing"] == ["backbone.layers.0.mixer", "backbone.layers.1.mixer"], report["failing"]
+    mixer = _piece(report, "backbone.layers.0.mixer")
+    assert mixer["class"] == "MambaMixer" and mixer["advice"]["kind"] == "patch-off", mixer
+    assert mixer["advice"]["patch"].startswith("transformers.mamba."), mixer["advice"]
+    assert _piece(report, "backbone.layers.0.norm")["status"] == "ok"
+    on = _report("--arch", "mamba", "--step", "prefill")
+    assert on["ok"] and len(on["pieces"]) == 1, on
+    _assert_every_ok_piece_was_compared(on)
+
+
+@requires("transformers<5")
+def test_a_4x_moe_block_is_pinned_and_the_agent_makes_it_ok():
+    """Only the MoE row off (the caches' registrations on): the sparse block is the piece that fails."""
+    report = _report("--arch", "mixtral", "--step", "prefill", "--patches", "all,-transformers.moe.mixtral")
+    failing = report["failing"]
+    assert failing and all(name.endswith(".block_sparse_moe") for name in failing), failing
+    block = _piece(report, failing[0])
+    assert block["class"] == "MixtralSparseMoeBlock", block
+    assert block["advice"]["kind"] == "patch-off" and block["advice"]["patch"] == "transformers.moe.mixtral"
+    on = _report("--arch", "mixtral", "--step", "prefill")
+    assert on["ok"] and len(on["pieces"]) == 1, on
+    _assert_every_ok_piece_was_compared(on)
+
+
+# --- the suggested dynamic shapes -------------------------------------------------------------------------------
+
+
+def test_the_suggested_dynamic_shapes_export_the_failing_piece_with_its_patch(global_agent):
+    """The text the report shows is code: pasted into torch.export.export with the recorded inputs, it exports the
+    rotary embedding (the patch on), and the program matches eager at the other set's sizes."""
+    import autopatch
+    import diagnose_target
+    from autopatch import diagnose
+
+    model, a, b = diagnose_target.dynamic_rope_llama()
+    root = diagnose.trace(model, [a, b])
+    piece = next(p for p in diagnose._all(root) if p.name == "model.rotary_emb")
+    assert [len(calls) for calls in piece.calls] == [1, 1]
+    text = diagnose.shapes_text(diagnose.piece_shapes(piece))
+    assert text == "{'x': {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}, 'position_ids': {1: Dim.DYNAMIC}}", text
+    shapes = eval(text, {"Dim": torch.export.Dim})  # noqa: S307 - what a user pastes
+    args, kwargs, _ = piece.calls[0][0]
+    with autopatch.patched("1"):
+        program = torch.export.export(model.model.rotary_emb, args, kwargs, dynamic_shapes=shapes)
+    args_b, kwargs_b, (cos_b, sin_b) = piece.calls[1][0]
+    assert args_b[0].shape != args[0].shape
+    cos, sin = program.module()(*args_b, **kwargs_b)
+    torch.testing.assert_close(cos, cos_b)
+    torch.testing.assert_close(sin, sin_b)
+
+
+def test_the_trace_records_args_kwargs_caches_repeated_calls_and_uncalled_modules():
+    """A shared module called twice per run, one never called, a cache passed by keyword: each recorded as
+    called, with copies the later in-place cache updates did not change."""
+    import diagnose_target
+    from autopatch import diagnose
+
+    model, a, b = diagnose_target.twice_and_never()
+    root = diagnose.trace(model, [a, b])
+    by_name = {p.name: p for p in diagnose._all(root)}
+    assert [len(c) for c in by_name["shared"].calls] == [2, 2]
+    assert [len(c) for c in by_name["unused"].calls] == [0, 0]
+    args, kwargs, output = by_name["shared"].calls[0][1]
+    assert args == () and set(kwargs) == {"x"}  # called by keyword: recorded by keyword
+    assert torch.equal(output, kwargs["x"] * 2)
+    args, kwargs, output = by_name["writer"].calls[1][0]  # *args, **kwargs: set B's one call
+    assert len(args) == 1 and set(kwargs) == {"cache"}
+    assert kwargs["cache"].get_seq_length() == 4  # the cache as it came in, not as the update left it
+    assert b["cache"].get_seq_length() == 4  # the trace ran on copies: the caller's inputs are untouched
+    assert output.shape == (3, 4)
+
+
+# --- the command: text, exit codes, bad input -------------------------------------------------------------------
+
+
+def test_the_text_report_is_a_tree_with_the_smallest_failing_piece_detailed():
+    out = _diagnose("--builder", "diagnose_target:tensor_if", "--patches", "none", "-v")
+    assert out.returncode == 1, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("autopatch diagnose") and "patches none" in out.stdout
+    gate = next(line for line in lines if " gate (Gate)" in line)
+    assert "FAIL" in gate and "smallest failing" in gate
+    first = next(line for line in lines if " first (Linear)" in line)
+    root = next(line for line in lines if "(model) (Sandwich)" in line)
+    assert first.index("first") == root.index("(model)") + 2  # indented one level under the model
+    assert any("what to do: an `if` on a tensor" in line for line in lines), out.stdout
+    assert any("dynamic_shapes={'x': {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}}" in line for line in lines), out.stdout
+    assert lines[-1] == "failed: 1 smallest failing piece: gate"
+    progress = [line for line in out.stderr.splitlines() if line.startswith("autopatch diagnose: [")]
+    assert len(progress) == 4 and progress[2].startswith("autopatch diagnose: [3/4] gate: fail"), progress
+
+
+def test_an_all_ok_model_exits_0():
+    out = _diagnose("--builder", "validate_target:build")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1].startswith("ok: every piece tried exported")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--builder", "diagnose_target:tensor_if", "--strategy", "sometimes"],
+     "unknown strategy 'sometimes'; valid: only-if-failing, always, none"),
+    (["--arch", "llamma"], "unknown architecture 'llamma'; did you mean llama"),
+    (["--model", "/nonexistent/model"], "--model '/nonexistent/model': not a directory with a config.json"),
+    (["--builder", "diagnose_target"], "--builder 'diagnose_target': expected MODULE:CALLABLE"),
+    (["--builder", "diagnose_target:missing"], "--builder 'diagnose_target:missing': AttributeError"),
+    (["--builder", "validate_target:not_a_triple"], "cannot build the model: StageFailed: validate_target:not_a_triple "
+                                                    "must return (model, inputs_a, inputs_b)"),
+    (["--builder", "validate_target:refuses"], "the model does not run eagerly: ValueError: this model refuses"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    out = _diagnose(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
+    errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch diagnose:")]
+    assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
+    assert out.stdout == ""
