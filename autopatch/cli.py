@@ -116,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     dg.add_argument("--strategy", default="only-if-failing",
                     help="only-if-failing (default: a piece's children are tried where it fails), always (every "
                          "piece), none (the whole model only)")
+    dg.add_argument("--replace-failing", action="store_true",
+                    help="each smallest failing piece becomes a custom op (output shapes learned from the recorded "
+                         "calls) and the whole model is exported again, then compared with eager")
     dg.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
     dg.add_argument("--json", action="store_true", help="machine-readable: the whole report")
     dg.add_argument("-v", "--verbose", action="store_true",
@@ -291,7 +294,8 @@ def _diagnose(args) -> int:
     try:
         report = diagnosis.diagnose(arch=args.arch, step=args.step, model=args.model, builder=args.builder,
                                     kind=args.kind, patches=args.patches, strategy=args.strategy,
-                                    tolerance=args.tolerance, progress=progress)
+                                    replace_failing=args.replace_failing, tolerance=args.tolerance,
+                                    progress=progress)
     except BadInput as exc:
         print(f"autopatch diagnose: {exc}", file=sys.stderr)
         return 2

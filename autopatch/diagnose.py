@@ -17,8 +17,10 @@ A failed export names one guard deep inside torch. Diagnose answers the question
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import io
 import re
 import time
 
@@ -40,6 +42,8 @@ class Piece:
         self.children: list = []
         #: ``calls[s]``: the calls of input set ``s``, in order, each ``(args, kwargs, output)``.
         self.calls: list = []
+        #: ``after[s][k]``: call ``k``'s ``(args, kwargs)`` as its forward left them (a cache updated in place).
+        self.after: list = []
         self.result: dict | None = None
 
     @property
@@ -89,7 +93,9 @@ def trace(model, input_sets) -> Piece:
             piece = pieces[name]
             while len(piece.calls) <= current["set"]:
                 piece.calls.append([])
+                piece.after.append([])
             piece.calls[current["set"]].append((recorded_args, recorded_kwargs, _copied(output)))
+            piece.after[current["set"]].append(_copied((args, kwargs)))
         return hook
 
     for name, piece in pieces.items():
@@ -106,6 +112,7 @@ def trace(model, input_sets) -> Piece:
     for piece in pieces.values():
         while len(piece.calls) < len(input_sets):
             piece.calls.append([])
+            piece.after.append([])
     return pieces[""]
 
 
@@ -177,7 +184,9 @@ def export_piece(piece: Piece, tolerance: float) -> dict:
     result = {"name": piece.label, "class": type(piece.module).__name__, "calls": [len(c) for c in piece.calls],
               "dynamic_shapes": shapes_text(shapes) if shapes is not None else None}
     try:
-        with torch.no_grad():
+        # torch prints the partial graph of every failed export on stderr: one per failing piece would bury
+        # the progress lines (its logging warnings go through their own handlers, still shown).
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
             program = torch.export.export(piece.module, copy.deepcopy(args), copy.deepcopy(kwargs),
                                           dynamic_shapes=shapes if shapes and _has_dynamic(shapes) else None)
     except Exception as exc:  # noqa: BLE001 - the piece's failure is the report
@@ -213,11 +222,25 @@ def _check(piece: Piece, program, tolerance: float) -> dict:
                 continue
             with torch.no_grad():
                 got = runner(*copy.deepcopy(args), **copy.deepcopy(kwargs))
-            _compare(_paths(got), _paths(expected), tolerance, f"set {'ABCDEFGH'[index]} call {number}", leaves)
+            _compare(_leaf_paths(got), _leaf_paths(expected), tolerance, f"set {'ABCDEFGH'[index]} call {number}",
+                     leaves)
             compared += 1
             other_sizes += _sizes((args, kwargs)) != sizes_a
     worst = max((leaf["max_abs"] for leaf in leaves.values()), default=0.0)
     return {"compared": compared, "other_sizes": other_sizes, "leaves": len(leaves), "max_abs": worst}
+
+
+def _leaf_paths(output) -> dict:
+    """Each tensor leaf by its path; by its position where a class is flattened without keys (4.x's model
+    outputs with the agent off): the comparison is the same, only the names are poorer."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    try:
+        return _paths(output)
+    except ValueError:
+        tensors = [leaf for leaf in pytree.tree_leaves(output) if isinstance(leaf, torch.Tensor)]
+        return {f"leaf[{i}]": leaf for i, leaf in enumerate(tensors)}
 
 
 def _sizes(value) -> list:
@@ -328,13 +351,46 @@ def _trigger(row: dict) -> str:
     return record.spec.trigger if record is not None else ""
 
 
+# --- custom-op fallback ----------------------------------------------------------------------------------------
+
+
+def replace_and_export(root: Piece, shape_functions: dict, tolerance: float) -> dict:
+    """Every smallest failing piece as a custom op, then the whole model exported and compared with eager on
+    every recorded call; the forwards are restored after."""
+    from .diagnose_custom_ops import CannotReplace, Replacement
+
+    failing = _smallest_failing(root)
+    if root in failing:
+        return {"pieces": [], "status": FAIL, "error": "the whole model is the smallest failing piece: nothing to "
+                                                      "replace"}
+    done, refused = [], {}
+    try:
+        for piece in failing:
+            try:
+                done.append(Replacement(piece, shape_functions.get(type(piece.module).__name__)))
+            except CannotReplace as exc:
+                refused[piece.label] = str(exc)
+        result = export_piece(root, tolerance)
+    finally:
+        for replacement in done:
+            replacement.undo()
+    result.pop("_exception", None)
+    result.update(pieces=[r.piece.label for r in done], refused=refused)
+    return result
+
+
 # --- the whole run -------------------------------------------------------------------------------------------
 
 
 def diagnose(arch: str | None = None, step: str | None = None, model: str | None = None, builder: str | None = None,
              kind: str | None = None, patches: str | None = None, strategy: str = "only-if-failing",
-             tolerance: float = TOLERANCE, progress=None) -> dict:
-    """Diagnoses one model; returns the report ``autopatch diagnose --json`` prints. Raises ``BadInput``."""
+             replace_failing: bool = False, shape_functions: dict | None = None, tolerance: float = TOLERANCE,
+             progress=None) -> dict:
+    """Diagnoses one model; returns the report ``autopatch diagnose --json`` prints. Raises ``BadInput``.
+
+    ``replace_failing``: the smallest failing pieces become custom ops and the whole model is exported again
+    (``shape_functions``: ``{class name: f(*args, **kwargs) -> [(shape, dtype), ...]}`` for a piece whose output
+    shapes the recorded calls cannot teach)."""
     sources = [s for s in (arch, model, builder) if s]
     if len(sources) != 1:
         raise BadInput("give exactly one model source: --arch NAME, --model DIR or --builder MODULE:CALLABLE")
@@ -369,5 +425,8 @@ def diagnose(arch: str | None = None, step: str | None = None, model: str | None
     for result in report["pieces"]:
         result.pop("_exception", None)
     report["failing"] = [piece.label for piece in _smallest_failing(root)]
+    if replace_failing and report["failing"]:
+        say("replace-failing: the smallest failing pieces become custom ops, the whole model is exported again...")
+        report["replaced"] = replace_and_export(root, shape_functions or {}, tolerance)
     report["ok"] = all(r["status"] in (OK, NOT_CALLED) for r in report["pieces"])
     return report

@@ -36,6 +36,8 @@ def render(report: dict, out, verbose: bool = False) -> str:
     for piece in report["pieces"]:
         lines += _piece_lines(piece, out, verbose)
     failing = report["failing"]
+    if "replaced" in report:
+        lines += _replaced_lines(report["replaced"], out)
     if report["ok"]:
         lines.append(out.paint("ok", "green") + f": every piece tried exported, and its program matched eager "
                                                 f"within {report['tolerance']:g} on every recorded call")
@@ -78,4 +80,23 @@ def _piece_lines(piece: dict, out, verbose: bool) -> list:
                           indent=more + "  ")
     if piece.get("advice"):
         lines += out.wrap(piece["advice"]["text"], more + "  ", f"{more}what to do: ")
+    return lines
+
+
+def _replaced_lines(replaced: dict, out) -> list:
+    """--replace-failing: which pieces became custom ops, and whether the whole model then exported and matched."""
+    names = ", ".join(replaced["pieces"]) or "none"
+    lines = out.wrap(f"replaced by custom ops: {names}", "    ", "  ")
+    for name, why in replaced.get("refused", {}).items():
+        lines += out.wrap(f"not replaced: {name}: {why}", "    ", "  ")
+    status = replaced["status"]
+    word = out.paint(WORDS[status], COLORS[status])
+    if status == OK:
+        text = (f"the whole model exports around them: {replaced['compared']} calls compared, "
+                f"{replaced['other_sizes']} at other sizes, max abs {replaced['max_abs']:.2g}")
+    elif status == DISC:
+        text = f"the whole model exports around them, but differs from eager: {replaced.get('error', '')}"
+    else:
+        text = f"the whole model still does not export: {replaced.get('error', '')}"
+    lines += out.wrap(text, "    ", f"  {_symbol(status, out)} {word} ")
     return lines

@@ -81,3 +81,64 @@ def twice_and_never():
 
     torch.manual_seed(0)
     return TwiceAndNever().eval(), inputs(2, 3, 5), inputs(3, 4, 6)
+
+
+class GatedWriter(torch.nn.Module):
+    """``*args, **kwargs``, a cache it grows in place, and an `if` on a tensor: the piece that fails."""
+
+    def forward(self, *args, **kwargs):
+        (x,) = args
+        if x.sum() > 0:
+            x = x * 2
+        keys, _ = kwargs["cache"].update(x[:, None], x[:, None], 0)
+        return keys.sum(2)[:, 0]
+
+
+class CachedModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.writer = GatedWriter()
+        self.head = torch.nn.Linear(4, 4)
+
+    def forward(self, x, cache):
+        return {"out": self.head(self.writer(self.proj(x), cache=cache)), "cache": cache}
+
+
+def cache_writer_with_if():
+    from transformers import DynamicCache
+
+    def inputs(batch, past, seq, seed):
+        g = torch.Generator().manual_seed(seed)
+        cache = DynamicCache()
+        cache.update(torch.randn(batch, 1, past, 4, generator=g), torch.randn(batch, 1, past, 4, generator=g), 0)
+        return {"x": torch.randn(batch, seq, 4, generator=g), "cache": cache}
+
+    torch.manual_seed(0)
+    return CachedModel().eval(), inputs(2, 3, 5, 1), inputs(3, 4, 6, 2)
+
+
+class Triple(torch.nn.Module):
+    """Output length three times the input's, behind an `if` on a tensor: no rule learned from the recorded calls
+    gives that length (not an input's dim, nor a sum of two), a shape function must."""
+
+    def forward(self, x):
+        y = torch.cat([x, x, x], dim=1)
+        if y.sum() > 0:
+            y = y * 2
+        return y
+
+
+class Tripler(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.triple = Triple()
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.triple(x))
+
+
+def tripler():
+    torch.manual_seed(0)
+    return Tripler().eval(), {"x": torch.randn(2, 5, 8)}, {"x": torch.randn(3, 7, 8)}

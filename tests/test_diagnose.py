@@ -203,3 +203,59 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch diagnose:")]
     assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
     assert out.stdout == ""
+
+
+# --- --replace-failing: the smallest failing pieces as custom ops, the whole model exported around them ----------
+
+
+def _assert_replaced_program_matches_eager(report, pieces, leaves):
+    replaced = report["replaced"]
+    assert replaced["pieces"] == pieces and replaced["refused"] == {}, replaced
+    assert replaced["status"] == "ok", replaced
+    assert replaced["compared"] >= 2 and replaced["other_sizes"] >= 1 and replaced["leaves"] == leaves, replaced
+    assert replaced["max_abs"] <= report["tolerance"]
+
+
+def test_replace_failing_exports_the_whole_model_around_a_users_if():
+    report = _report("--builder", "diagnose_target:tensor_if", "--patches", "none", "--replace-failing")
+    assert report["failing"] == ["gate"] and not report["ok"]  # replaced is not fixed: still exit 1
+    _assert_replaced_program_matches_eager(report, ["gate"], leaves=1)
+
+
+def test_replace_failing_with_args_kwargs_and_a_cache_grown_in_place():
+    """The failing piece takes ``*args, **kwargs`` and a DynamicCache it updates in place; the model returns the
+    cache: the op hands the grown cache back (its length learned as past + step), every leaf matches eager."""
+    report = _report("--builder", "diagnose_target:cache_writer_with_if", "--replace-failing")
+    assert report["failing"] == ["writer"], report["failing"]
+    assert "'args': ({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},)" in _piece(report, "writer")["dynamic_shapes"]
+    _assert_replaced_program_matches_eager(report, ["writer"], leaves=3)  # out, the cache's keys and values
+
+
+def test_replace_failing_replaces_the_dynamic_rope_and_the_text_says_so():
+    out = _diagnose("--builder", "diagnose_target:dynamic_rope_llama", "--patches", "none", "--replace-failing")
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "  replaced by custom ops: model.rotary_emb" in out.stdout
+    assert "ok the whole model exports around them: 2 calls compared, 1 at other sizes" in out.stdout, out.stdout
+
+
+@requires("transformers>=5.13")
+def test_replace_failing_replaces_every_mamba_mixer():
+    report = _report("--arch", "mamba", "--step", "prefill", "--patches", "pytree.dynamic_cache", "--replace-failing")
+    assert report["failing"] == ["backbone.layers.0.mixer", "backbone.layers.1.mixer"], report["failing"]
+    _assert_replaced_program_matches_eager(report, report["failing"], leaves=1)  # logits
+
+
+def test_a_shape_the_calls_cannot_teach_is_refused_unless_a_shape_function_gives_it(global_agent):
+    from autopatch.diagnose import diagnose
+
+    report = diagnose(builder="diagnose_target:tripler", patches="none", replace_failing=True)
+    assert report["failing"] == ["triple"]
+    assert "no input's dim, no sum of two, not constant: give a shape function" in report["replaced"]["refused"]["triple"]
+    assert report["replaced"]["status"] == "fail"
+
+    def triple_shape(x):
+        return [((x.shape[0], 3 * x.shape[1], x.shape[2]), x.dtype)]
+
+    report = diagnose(builder="diagnose_target:tripler", patches="none", replace_failing=True,
+                      shape_functions={"Triple": triple_shape})
+    _assert_replaced_program_matches_eager(report, ["triple"], leaves=1)
