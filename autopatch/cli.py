@@ -268,39 +268,36 @@ def _validate(args) -> int:
     from . import validate as validation
     from .validate_text import render
 
-    progress = (lambda text: print(f"autopatch validate: {text}", file=sys.stderr, flush=True)) if args.verbose \
-        else None
-    try:
-        report = validation.validate(arch=args.arch, step=args.step, model=args.model, builder=args.builder,
-                                     kind=args.kind, onnx=args.onnx, strict=args.strict, padded=args.padded, patches=args.patches,
-                                     tolerance=args.tolerance, progress=progress)
-    except validation.BadInput as exc:
-        print(f"autopatch validate: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        sys.stdout.write(render(report, Output(sys.stdout), every_leaf=args.verbose))
-    return 0 if report["ok"] else 1
+    return _model_report(args, "validate", lambda progress: validation.validate(
+        arch=args.arch, step=args.step, model=args.model, builder=args.builder, kind=args.kind, onnx=args.onnx,
+        strict=args.strict, padded=args.padded, patches=args.patches, tolerance=args.tolerance, progress=progress),
+        lambda report, out: render(report, out, every_leaf=args.verbose))
 
 
 def _diagnose(args) -> int:
     from . import diagnose as diagnosis
     from .diagnose_text import render
+
+    return _model_report(args, "diagnose", lambda progress: diagnosis.diagnose(
+        arch=args.arch, step=args.step, model=args.model, builder=args.builder, kind=args.kind, patches=args.patches,
+        strategy=args.strategy, replace_failing=args.replace_failing, tolerance=args.tolerance, progress=progress),
+        lambda report, out: render(report, out, verbose=args.verbose))
+
+
+def _model_report(args, command: str, run, render) -> int:
+    """validate and diagnose: progress lines under -v, a bad input as one line and exit 2, the report as text or
+    --json, exit 0 when it is ok and 1 when not."""
     from .validate import BadInput
 
-    progress = (lambda text: print(f"autopatch diagnose: {text}", file=sys.stderr, flush=True)) if args.verbose \
+    progress = (lambda text: print(f"autopatch {command}: {text}", file=sys.stderr, flush=True)) if args.verbose \
         else None
     try:
-        report = diagnosis.diagnose(arch=args.arch, step=args.step, model=args.model, builder=args.builder,
-                                    kind=args.kind, patches=args.patches, strategy=args.strategy,
-                                    replace_failing=args.replace_failing, tolerance=args.tolerance,
-                                    progress=progress)
+        report = run(progress)
     except BadInput as exc:
-        print(f"autopatch diagnose: {exc}", file=sys.stderr)
+        print(f"autopatch {command}: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        sys.stdout.write(render(report, Output(sys.stdout), verbose=args.verbose))
+        sys.stdout.write(render(report, Output(sys.stdout)))
     return 0 if report["ok"] else 1

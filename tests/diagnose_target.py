@@ -15,21 +15,22 @@ class Gate(torch.nn.Module):
 
 
 class Sandwich(torch.nn.Module):
-    """Linear, the gate, linear: only `gate` fails, the linears export."""
+    """Linear, the piece named ``name``, linear: only the middle piece fails, the linears export."""
 
-    def __init__(self):
+    def __init__(self, name: str, middle: torch.nn.Module, width_out: int = 4):
         super().__init__()
         self.first = torch.nn.Linear(8, 8)
-        self.gate = Gate()
-        self.last = torch.nn.Linear(8, 4)
+        self.middle_name = name
+        self.add_module(name, middle)
+        self.last = torch.nn.Linear(8, width_out)
 
     def forward(self, x):
-        return self.last(self.gate(self.first(x)))
+        return self.last(getattr(self, self.middle_name)(self.first(x)))
 
 
 def tensor_if():
     torch.manual_seed(0)
-    return Sandwich().eval(), {"x": torch.randn(2, 5, 8)}, {"x": torch.randn(3, 7, 8)}
+    return Sandwich("gate", Gate()).eval(), {"x": torch.randn(2, 5, 8)}, {"x": torch.randn(3, 7, 8)}
 
 
 def dynamic_rope_llama():
@@ -118,27 +119,14 @@ def cache_writer_with_if():
     return CachedModel().eval(), inputs(2, 3, 5, 1), inputs(3, 4, 6, 2)
 
 
-class Triple(torch.nn.Module):
-    """Output length three times the input's, behind an `if` on a tensor: no rule learned from the recorded calls
-    gives that length (not an input's dim, nor a sum of two), a shape function must."""
+class Triple(Gate):
+    """Output length three times the input's, then the gate's `if`: no rule learned from the recorded calls gives
+    that length (not an input's dim, nor a sum of two), a shape function must."""
 
     def forward(self, x):
-        y = torch.cat([x, x, x], dim=1)
-        if y.sum() > 0:
-            y = y * 2
-        return y
-
-
-class Tripler(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.triple = Triple()
-        self.head = torch.nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.head(self.triple(x))
+        return super().forward(torch.cat([x, x, x], dim=1))
 
 
 def tripler():
     torch.manual_seed(0)
-    return Tripler().eval(), {"x": torch.randn(2, 5, 8)}, {"x": torch.randn(3, 7, 8)}
+    return Sandwich("triple", Triple(), width_out=2).eval(), {"x": torch.randn(2, 5, 8)}, {"x": torch.randn(3, 7, 8)}

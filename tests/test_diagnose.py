@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, clean_env, requires
+from conftest import REPO, assert_bad_input, clean_env, requires
 
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -198,11 +198,7 @@ def test_an_all_ok_model_exits_0():
     (["--builder", "validate_target:refuses"], "the model does not run eagerly: ValueError: this model refuses"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
-    out = _diagnose(*args)
-    assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
-    errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch diagnose:")]
-    assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
-    assert out.stdout == ""
+    assert_bad_input(_diagnose(*args), "diagnose", message)
 
 
 # --- --replace-failing: the smallest failing pieces as custom ops, the whole model exported around them ----------
