@@ -335,8 +335,9 @@ def advice(piece: Piece, selection: str) -> dict:
     for row in named or rows:
         if row["state"] in ("skipped", "drifted", "failed"):
             why = row["detail"].strip().splitlines()[-1] if row["detail"].strip() else row["requires"]
+            shipped = "patch" if row["family"] == "custom" else "shipped patch"  # a user's own, registered
             return {"kind": "patch-not-applied", "patch": row["id"],
-                    "text": f"shipped patch {row['id']} does not apply here ({row['state']}: {why})"}
+                    "text": f"{shipped} {row['id']} does not apply here ({row['state']}: {why})"}
     if exc is not None and isinstance(failing_function(exc), tuple):
         module, qualname, line = failing_function(exc)
         return {"kind": "rewrite", "text": f"an `if` on a tensor in {module}.{qualname} (line {line}): "

@@ -255,3 +255,35 @@ def test_a_shape_the_calls_cannot_teach_is_refused_unless_a_shape_function_gives
     report = diagnose(builder="diagnose_target:tripler", patches="none", replace_failing=True,
                       shape_functions={"Triple": triple_shape})
     _assert_replaced_program_matches_eager(report, ["triple"], leaves=1)
+
+
+# --- strategies, and a patch that exists but does not apply ---------------------------------------------------
+
+
+def test_strategy_always_tries_every_piece_and_none_only_the_model():
+    report = _report("--builder", "diagnose_target:dynamic_rope_llama", "--strategy", "always")
+    names = [p["name"] for p in report["pieces"]]
+    assert report["ok"] and names[0] == "(model)" and "model.layers.0.self_attn.q_proj" in names, names
+    assert "model.rotary_emb" in names and len(names) > 10
+    _assert_every_ok_piece_was_compared(report)
+    report = _report("--builder", "diagnose_target:dynamic_rope_llama", "--strategy", "none", "--patches", "none")
+    assert [p["name"] for p in report["pieces"]] == ["(model)"] and report["failing"] == ["(model)"], report
+
+
+@pytest.mark.parametrize("fields, state", [({"requires": (("torch", ">=99"),)}, "skipped"),
+                                           ({"fingerprints": ("000000000000",)}, "drifted")])
+def test_a_patch_for_the_piece_that_does_not_apply_here_is_named_with_why(global_agent, fields, state):
+    """A patch of the failing piece's own function, selected, but skipped (version) or drifted (its source
+    changed): the advice names it and its state rather than the rewrite."""
+    import autopatch
+    from autopatch.diagnose import diagnose
+    from autopatch.spec import PatchSpec
+
+    spec = PatchSpec("custom.gate", "custom", "diagnose_target", "Gate.forward", "route", "diagnose_target:Gate",
+                     **fields)
+    with autopatch.patched("none", extra_patches=[spec]):
+        report = diagnose(builder="diagnose_target:tensor_if", patches="custom.gate")
+    advice = _piece(report, "gate")["advice"]
+    assert advice["kind"] == "patch-not-applied" and advice["patch"] == "custom.gate", advice
+    assert advice["text"].startswith(f"patch custom.gate does not apply here ({state}: "), advice
+    assert ("needs torch>=99" if state == "skipped" else "written against 000000000000") in advice["text"]
