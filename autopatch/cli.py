@@ -119,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     dg.add_argument("--replace-failing", action="store_true",
                     help="each smallest failing piece becomes a custom op (output shapes learned from the recorded "
                          "calls) and the whole model is exported again, then compared with eager")
+    dg.add_argument("--compare", action="store_true",
+                    help="also export every piece tried with no patch: which pieces the patches make export")
     dg.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
     dg.add_argument("--json", action="store_true", help="machine-readable: the whole report")
     dg.add_argument("-v", "--verbose", action="store_true",
@@ -280,7 +282,8 @@ def _diagnose(args) -> int:
 
     return _model_report(args, "diagnose", lambda progress: diagnosis.diagnose(
         arch=args.arch, step=args.step, model=args.model, builder=args.builder, kind=args.kind, patches=args.patches,
-        strategy=args.strategy, replace_failing=args.replace_failing, tolerance=args.tolerance, progress=progress),
+        strategy=args.strategy, replace_failing=args.replace_failing, compare=args.compare, tolerance=args.tolerance,
+        progress=progress),
         lambda report, out: render(report, out, verbose=args.verbose))
 
 

@@ -380,18 +380,41 @@ def replace_and_export(root: Piece, shape_functions: dict, tolerance: float) -> 
     return result
 
 
+# --- with the patches off ----------------------------------------------------------------------------------------
+
+
+def compare_without_patches(root: Piece, tolerance: float, patches: str | None) -> list:
+    """Every piece tried, exported again (and compared) with the agent off; each result gets ``without_patches``.
+    Returns the pieces that export with the patches and not without. The selection is back on after."""
+    made = []
+    _activate("none")
+    try:
+        for piece in _all(root):
+            if piece.result is None or piece.result["status"] == NOT_CALLED:
+                continue
+            other = export_piece(piece, tolerance)
+            piece.result["without_patches"] = {key: other[key] for key in ("status", "error", "seconds")
+                                               if key in other}
+            if piece.result["status"] == OK and other["status"] != OK:
+                made.append(piece.label)
+    finally:
+        _activate(patches)
+    return made
+
+
 # --- the whole run -------------------------------------------------------------------------------------------
 
 
 def diagnose(arch: str | None = None, step: str | None = None, model: str | None = None, builder: str | None = None,
              kind: str | None = None, patches: str | None = None, strategy: str = "only-if-failing",
-             replace_failing: bool = False, shape_functions: dict | None = None, tolerance: float = TOLERANCE,
-             progress=None) -> dict:
+             replace_failing: bool = False, shape_functions: dict | None = None, compare: bool = False,
+             tolerance: float = TOLERANCE, progress=None) -> dict:
     """Diagnoses one model; returns the report ``autopatch diagnose --json`` prints. Raises ``BadInput``.
 
     ``replace_failing``: the smallest failing pieces become custom ops and the whole model is exported again
     (``shape_functions``: ``{class name: f(*args, **kwargs) -> [(shape, dtype), ...]}`` for a piece whose output
-    shapes the recorded calls cannot teach)."""
+    shapes the recorded calls cannot teach). ``compare``: every piece tried is exported again with no patch, to
+    show which pieces the patches make export."""
     sources = [s for s in (arch, model, builder) if s]
     if len(sources) != 1:
         raise BadInput("give exactly one model source: --arch NAME, --model DIR or --builder MODULE:CALLABLE")
@@ -429,5 +452,8 @@ def diagnose(arch: str | None = None, step: str | None = None, model: str | None
     if replace_failing and report["failing"]:
         say("replace-failing: the smallest failing pieces become custom ops, the whole model is exported again...")
         report["replaced"] = replace_and_export(root, shape_functions or {}, tolerance)
+    if compare:
+        say("compare: the same pieces, exported with no patch...")
+        report["patches_make_export"] = compare_without_patches(root, tolerance, patches)
     report["ok"] = all(r["status"] in (OK, NOT_CALLED) for r in report["pieces"])
     return report

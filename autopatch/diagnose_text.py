@@ -38,6 +38,9 @@ def render(report: dict, out, verbose: bool = False) -> str:
     failing = report["failing"]
     if "replaced" in report:
         lines += _replaced_lines(report["replaced"], out)
+    if "patches_make_export" in report:
+        made = ", ".join(report["patches_make_export"]) or "none"
+        lines += out.wrap(f"the patches make these pieces export (they fail with no patch): {made}", "    ", "  ")
     if report["ok"]:
         lines.append(out.paint("ok", "green") + f": every piece tried exported, and its program matched eager "
                                                 f"within {report['tolerance']:g} on every recorded call")
@@ -55,6 +58,8 @@ def _piece_lines(piece: dict, out, verbose: bool) -> list:
     tree = "  " * piece["depth"]
     line = (f"  {_symbol(status, out)} {out.paint(word, COLORS[status])}{' ' * (5 - len(word))}"
             f"{piece['seconds']:>5.1f} s  {tree}{piece['name']} ({piece['class']})")
+    if "without_patches" in piece:  # --compare
+        line += f"  [no patch: {WORDS[piece['without_patches']['status']]}]"
     if status == OK:
         line += (f"  {piece['compared']} calls compared, {piece['other_sizes']} at other sizes, max abs "
                  f"{piece['max_abs']:.2g}")

@@ -287,3 +287,21 @@ def test_a_patch_for_the_piece_that_does_not_apply_here_is_named_with_why(global
     assert advice["kind"] == "patch-not-applied" and advice["patch"] == "custom.gate", advice
     assert advice["text"].startswith(f"patch custom.gate does not apply here ({state}: "), advice
     assert ("needs torch>=99" if state == "skipped" else "written against 000000000000") in advice["text"]
+
+
+def test_compare_shows_which_pieces_the_patches_make_export():
+    import io
+
+    from autopatch.diagnose_text import render
+    from autopatch.terminal import Output
+
+    report = _report("--builder", "diagnose_target:dynamic_rope_llama", "--compare", "--strategy", "always")
+    text = render(report, Output(io.StringIO(), wide=True))  # the text of this same report, not cut to a width
+    assert "model.rotary_emb (LlamaRotaryEmbedding)  [no patch: FAIL]  2 calls compared" in text, text
+    assert "the patches make these pieces export (they fail with no patch): (model), model," in text, text
+    made = report["patches_make_export"]
+    assert "(model)" in made and "model.rotary_emb" in made and "model.layers.0.mlp" not in made, made
+    rotary = _piece(report, "model.rotary_emb")
+    assert rotary["status"] == "ok" and rotary["without_patches"]["status"] == "fail", rotary
+    assert rotary["without_patches"]["error"].startswith("GuardOnDataDependentSymNode")
+    assert _piece(report, "model.layers.0.mlp")["without_patches"]["status"] == "ok"
