@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     dg.add_argument("--patches", metavar="SPEC", help="selection (default: $EXPORT_PATCHES, else 1; none: no patches)")
     dg.add_argument("--strategy", default="only-if-failing",
                     help="only-if-failing (default: a piece's children are tried where it fails), always (every "
-                         "piece), none (the whole model only)")
+                         "piece), local (every piece, its submodules replaced by custom ops: its own code alone), "
+                         "none (the whole model only)")
     dg.add_argument("--replace-failing", action="store_true",
                     help="each smallest failing piece becomes a custom op (output shapes learned from the recorded "
                          "calls) and the whole model is exported again, then compared with eager")

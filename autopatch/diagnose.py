@@ -23,13 +23,14 @@ import inspect
 import io
 import re
 import time
+import traceback
 
 from .models.tiny import first_line
 from .validate import (TOLERANCE, BadInput, StageFailed, _activate, _build, _compare, _error_text,
                        _hits_of_last_export, _location, _paths)
 
 OK, FAIL, DISC, NOT_CALLED = "ok", "fail", "disc", "not-called"
-STRATEGIES = ("only-if-failing", "always", "none")
+STRATEGIES = ("only-if-failing", "always", "local", "none")
 
 
 class Piece:
@@ -264,6 +265,10 @@ def walk(root: Piece, strategy: str, tolerance: float, say) -> list:
         if not any(piece.calls):
             piece.result = {"name": piece.label, "class": type(piece.module).__name__, "status": NOT_CALLED,
                             "calls": [0] * len(piece.calls), "seconds": 0.0}
+        elif strategy == "local":
+            piece.result = export_alone(piece, tolerance)
+            say(f"[{counter['n']}/{total}] {piece.label}: {piece.result['status']} "
+                f"{piece.result['seconds']:.1f} s")
         else:
             piece.result = export_piece(piece, tolerance)
             say(f"[{counter['n']}/{total}] {piece.label}: {piece.result['status']} "
@@ -272,12 +277,40 @@ def walk(root: Piece, strategy: str, tolerance: float, say) -> list:
         results.append(piece.result)
         # A container that is never called itself (a ModuleList) passes the question on to its children.
         open_up = piece.result["status"] in (FAIL, DISC, NOT_CALLED)
-        if strategy == "always" or (strategy == "only-if-failing" and open_up):
+        if strategy in ("always", "local") or (strategy == "only-if-failing" and open_up):
             for child in piece.children:
                 visit(child)
 
     visit(root)
     return results
+
+
+def export_alone(piece: Piece, tolerance: float) -> dict:
+    """``--strategy local``: the piece exported with its called submodules replaced by custom ops, so that its
+    status is its own code's; a submodule that cannot be replaced runs as it is (said in ``not_replaced``)."""
+    from .diagnose_custom_ops import CannotReplace, Replacement
+
+    done, refused = [], {}
+    try:
+        for below in _nearest_called(piece):
+            try:
+                done.append(Replacement(below))
+            except CannotReplace as exc:
+                refused[below.label] = str(exc)
+        result = export_piece(piece, tolerance)
+    finally:
+        for replacement in done:
+            replacement.undo()
+    result.update(local=True, replaced_children=[r.piece.label for r in done], not_replaced=refused)
+    return result
+
+
+def _nearest_called(piece: Piece) -> list:
+    """The piece's submodules that are called, looking through the ones never called (a ModuleList)."""
+    found = []
+    for child in piece.children:
+        found += [child] if any(child.calls) else _nearest_called(child)
+    return found
 
 
 def _all(piece: Piece):
@@ -294,6 +327,9 @@ def _smallest_failing(root: Piece) -> list:
         result = piece.result
         if result is None or result["status"] not in (FAIL, DISC):
             continue
+        if result.get("local"):  # exported with its submodules as custom ops: the failure is its own code's
+            found.append(piece)
+            continue
         below = [p.result for p in _all(piece) if p is not piece and p.result is not None]
         if not any(r["status"] in (FAIL, DISC) for r in below):
             found.append(piece)
@@ -308,31 +344,21 @@ def advice(piece: Piece, selection: str) -> dict:
     that does not apply here, the auto-rewrite of an ``if`` on a tensor, an issue to open."""
     import autopatch
 
-    from .errors import causes, outside_frames
     from .rewrite.auto import failing_function
 
     exc = piece.result.get("_exception")
-    modules, names = {type(piece.module).__module__}, {k.__name__ for k in type(piece.module).__mro__}
-    # torch names a class it cannot flatten ("Unsupported input type <class 'transformers.cache_utils.X'>"):
-    # a pytree registration row's target is that class.
-    for module, name in re.findall(r"<class '([\w.]+)\.(\w+)'>", piece.result.get("error", "")):
-        modules.add(module)
-        names.add(name)
-    if exc is not None:
-        for error in causes(exc):
-            for frame, _ in outside_frames(error.__traceback__):
-                modules.add(frame.f_globals.get("__name__", ""))
-                names.add(frame.f_code.co_name)
-    rows = [row for row in autopatch.status()["patches"] if row["family"] != "rewrite"
-            and _trigger(row) in modules]
-    named = [row for row in rows if set(row["target"].replace(":", ".").split(".")) & names]
-    for row in named or rows:
+    if type(exc).__name__ == "CannotReplace":
+        return {"kind": "local", "text": "a submodule of it could not become a custom op (--strategy local): see "
+                                         "--strategy only-if-failing for where the export itself stops"}
+    ranked = sorted(((rank, row) for row in autopatch.status()["patches"]
+                     if (rank := _match(row, piece, exc)) is not None), key=lambda item: -item[0])
+    for _, row in ranked:
         if row["state"] == "disabled":
             value = row["id"] if selection == "none" else f"{selection},{row['id']}"
             default = " (EXPORT_PATCHES=1 selects it too)" if row["default"] and selection != "1" else ""
             return {"kind": "patch-off", "patch": row["id"],
                     "text": f"shipped patch {row['id']} is off: EXPORT_PATCHES={value}{default}"}
-    for row in named or rows:
+    for _, row in ranked:
         if row["state"] in ("skipped", "drifted", "failed"):
             why = row["detail"].strip().splitlines()[-1] if row["detail"].strip() else row["requires"]
             shipped = "patch" if row["family"] == "custom" else "shipped patch"  # a user's own, registered
@@ -345,11 +371,44 @@ def advice(piece: Piece, selection: str) -> dict:
     return {"kind": "issue", "text": "no patch: open an issue with this report (autopatch diagnose --json)"}
 
 
-def _trigger(row: dict) -> str:
+def _match(row: dict, piece: Piece, exc) -> float | None:
+    """How closely a patch row is about this failure, or None: the deeper the frame of its target the error went
+    through, the closer; a class torch could not flatten, named in the error, closest of all; the piece's own
+    class next, torch's own functions last. Entry points and rewrites are about every export, so about none."""
     from .agent import AGENT
+    from .errors import causes, outside_frames
 
     record = AGENT.records.get(row["id"])
-    return record.spec.trigger if record is not None else ""
+    if record is None or row["family"] in ("agent", "rewrite"):
+        return None
+    trigger, parts = record.spec.trigger, set(record.spec.target.split("."))
+    # torch names a class it cannot flatten ("Unsupported input type <class 'transformers.cache_utils.X'>"):
+    # a pytree registration row's target is that class.
+    for module, name in re.findall(r"<class '([\w.]+)\.(\w+)'>", piece.result.get("error", "")):
+        if module == trigger and name in parts:
+            return float("inf")
+    rank = None
+    if exc is not None:  # every frame, torch's included (a torch row's target is a torch function)
+        frames = [frame for error in causes(exc) for frame, _ in traceback.walk_tb(error.__traceback__)]
+        model = {id(frame) for error in causes(exc) for frame, _ in outside_frames(error.__traceback__)}
+        deepest_model = max((depth for depth, frame in enumerate(frames) if id(frame) in model), default=-1)
+        for depth, frame in enumerate(frames):
+            module = frame.f_globals.get("__name__") or ""
+            if module != trigger:
+                continue
+            # The model's code before torch's: torch's internals are under every failure, the model's module
+            # the error went through is this one's (its target, or a helper beside it: a decorator's inner
+            # function). In torch, only the target function itself, and only below the model's last frame: the
+            # functions every export goes through on its way to the model's code are about no failure.
+            named = frame.f_code.co_name in parts
+            if module.split(".")[0] != "torch":
+                rank = max(rank or 0.0, depth + (2e6 if named else 1e6))
+            elif named and depth > deepest_model:
+                rank = max(rank or 0.0, float(depth))
+    klass = type(piece.module)
+    if rank is None and klass.__module__ == trigger and klass.__name__ in parts:
+        rank = 5e5  # a patch of the piece's own class: before torch's (a specialization names no model frame)
+    return rank
 
 
 # --- custom-op fallback ----------------------------------------------------------------------------------------

@@ -178,7 +178,8 @@ class Replacement:
         leaves, spec, constants = _flat((args, kwargs))
         key = _key(spec, constants)
         if key not in self.ops:
-            raise CannotReplace(f"{self.piece.label} called with inputs laid out as in no recorded call")
+            raise CannotReplace(f"{self.piece.label} is called under export with inputs laid out as in no eager call "
+                                "(e.g. a mask eager skips): its op has no rule for them")
         op, out_spec, out_constants, outputs, writes_back, rebuild = self.ops[key]
         produced = op(_tensors((args, kwargs)))
         if writes_back:

@@ -188,7 +188,7 @@ def test_an_all_ok_model_exits_0():
 
 @pytest.mark.parametrize("args, message", [
     (["--builder", "diagnose_target:tensor_if", "--strategy", "sometimes"],
-     "unknown strategy 'sometimes'; valid: only-if-failing, always, none"),
+     "unknown strategy 'sometimes'; valid: only-if-failing, always, local, none"),
     (["--arch", "llamma"], "unknown architecture 'llamma'; did you mean llama"),
     (["--model", "/nonexistent/model"], "--model '/nonexistent/model': not a directory with a config.json"),
     (["--builder", "diagnose_target"], "--builder 'diagnose_target': expected MODULE:CALLABLE"),
@@ -305,3 +305,20 @@ def test_compare_shows_which_pieces_the_patches_make_export():
     assert rotary["status"] == "ok" and rotary["without_patches"]["status"] == "fail", rotary
     assert rotary["without_patches"]["error"].startswith("GuardOnDataDependentSymNode")
     assert _piece(report, "model.layers.0.mlp")["without_patches"]["status"] == "ok"
+
+
+def test_strategy_local_exports_each_piece_with_its_submodules_as_custom_ops():
+    """The model around custom ops of first, gate and last is OK (its own code exports); gate alone fails."""
+    report = _report("--builder", "diagnose_target:tensor_if", "--strategy", "local", "--patches", "none")
+    root = report["pieces"][0]
+    assert root["status"] == "ok" and root["local"] and root["replaced_children"] == ["first", "gate", "last"], root
+    assert report["failing"] == ["gate"] and _piece(report, "gate")["advice"]["kind"] == "rewrite"
+    _assert_every_ok_piece_was_compared(report)
+
+
+def test_strategy_local_pins_the_rotary_embeddings_own_code():
+    report = _report("--builder", "diagnose_target:dynamic_rope_llama", "--strategy", "local", "--patches", "none")
+    assert "model.rotary_emb" in report["failing"], report["failing"]
+    assert _piece(report, "model.rotary_emb")["advice"]["patch"] == "transformers.rope.dynamic"
+    assert _piece(report, "model.layers.0.mlp")["status"] == "ok" and _piece(report, "lm_head")["status"] == "ok"
+    _assert_every_ok_piece_was_compared(report)
