@@ -288,21 +288,28 @@ def walk(root: Piece, strategy: str, tolerance: float, say) -> list:
 def export_alone(piece: Piece, tolerance: float) -> dict:
     """``--strategy local``: the piece exported with its called submodules replaced by custom ops, so that its
     status is its own code's; a submodule that cannot be replaced runs as it is (said in ``not_replaced``)."""
+    result, replaced, refused = export_with_ops(piece, _nearest_called(piece), {}, tolerance)
+    result.update(local=True, replaced_children=replaced, not_replaced=refused)
+    return result
+
+
+def export_with_ops(target: Piece, pieces: list, shape_functions: dict, tolerance: float) -> tuple:
+    """``target`` exported (and compared) with ``pieces`` replaced by custom ops, their forwards restored after;
+    returns the result, the pieces replaced and, for those that could not be, why."""
     from .diagnose_custom_ops import CannotReplace, Replacement
 
     done, refused = [], {}
     try:
-        for below in _nearest_called(piece):
+        for piece in pieces:
             try:
-                done.append(Replacement(below))
+                done.append(Replacement(piece, shape_functions.get(type(piece.module).__name__)))
             except CannotReplace as exc:
-                refused[below.label] = str(exc)
-        result = export_piece(piece, tolerance)
+                refused[piece.label] = str(exc)
+        result = export_piece(target, tolerance)
     finally:
         for replacement in done:
             replacement.undo()
-    result.update(local=True, replaced_children=[r.piece.label for r in done], not_replaced=refused)
-    return result
+    return result, [r.piece.label for r in done], refused
 
 
 def _nearest_called(piece: Piece) -> list:
@@ -417,25 +424,13 @@ def _match(row: dict, piece: Piece, exc) -> float | None:
 def replace_and_export(root: Piece, shape_functions: dict, tolerance: float) -> dict:
     """Every smallest failing piece as a custom op, then the whole model exported and compared with eager on
     every recorded call; the forwards are restored after."""
-    from .diagnose_custom_ops import CannotReplace, Replacement
-
     failing = _smallest_failing(root)
     if root in failing:
         return {"pieces": [], "status": FAIL, "error": "the whole model is the smallest failing piece: nothing to "
                                                       "replace"}
-    done, refused = [], {}
-    try:
-        for piece in failing:
-            try:
-                done.append(Replacement(piece, shape_functions.get(type(piece.module).__name__)))
-            except CannotReplace as exc:
-                refused[piece.label] = str(exc)
-        result = export_piece(root, tolerance)
-    finally:
-        for replacement in done:
-            replacement.undo()
+    result, replaced, refused = export_with_ops(root, failing, shape_functions, tolerance)
     result.pop("_exception", None)
-    result.update(pieces=[r.piece.label for r in done], refused=refused)
+    result.update(pieces=replaced, refused=refused)
     return result
 
 
