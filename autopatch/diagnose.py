@@ -128,9 +128,11 @@ def _bound(module, args, kwargs) -> dict:
 
 
 def _same_structure(a, b) -> bool:
-    import torch.utils._pytree as pytree
+    """Same tree, tensors in the same places and the same other leaves: a call a program exported from ``a`` is
+    meant to take (a one-token step's mask is None where a longer step's is a tensor; a flag may differ)."""
+    from .diagnose_custom_ops import layout
 
-    return pytree.tree_structure(a) == pytree.tree_structure(b)
+    return layout(a) == layout(b)
 
 
 def piece_shapes(piece: Piece):
@@ -216,10 +218,11 @@ def _check(piece: Piece, program, tolerance: float) -> dict:
     first = piece.calls[0][0]
     sizes_a = _sizes((first[0], first[1]))
     leaves: dict = {}
-    compared = other_sizes = 0
+    compared = other_sizes = other_layouts = 0
     for index, calls in enumerate(piece.calls):
         for number, (args, kwargs, expected) in enumerate(calls):
             if not _same_structure((first[0], first[1]), (args, kwargs)):
+                other_layouts += 1
                 continue
             with torch.no_grad():
                 got = runner(*copy.deepcopy(args), **copy.deepcopy(kwargs))
@@ -228,7 +231,8 @@ def _check(piece: Piece, program, tolerance: float) -> dict:
             compared += 1
             other_sizes += _sizes((args, kwargs)) != sizes_a
     worst = max((leaf["max_abs"] for leaf in leaves.values()), default=0.0)
-    return {"compared": compared, "other_sizes": other_sizes, "leaves": len(leaves), "max_abs": worst}
+    return {"compared": compared, "other_sizes": other_sizes, "other_layouts": other_layouts, "leaves": len(leaves),
+            "max_abs": worst}
 
 
 def _leaf_paths(output) -> dict:

@@ -47,6 +47,13 @@ def _key(spec, constants) -> str:
     return f"{spec}|{constants!r}"
 
 
+def layout(value) -> str:
+    """What a call's inputs are but for the tensors' sizes and values: its tree, where its tensors are, its
+    other leaves."""
+    _, spec, constants = _flat(value)
+    return _key(spec, constants)
+
+
 def _tensors(value) -> list:
     import torch
 

@@ -63,6 +63,8 @@ def _piece_lines(piece: dict, out, verbose: bool) -> list:
     if status == OK:
         line += (f"  {piece['compared']} calls compared, {piece['other_sizes']} at other sizes, max abs "
                  f"{piece['max_abs']:.2g}")
+        if piece.get("other_layouts"):  # calls the program was not exported for (a None mask, another flag)
+            line += f", {piece['other_layouts']} of another layout not run"
     elif status == NOT_CALLED:
         line += "  never called"
     smallest = piece.get("smallest_failing")

@@ -112,6 +112,32 @@ def test_a_4x_moe_block_is_pinned_and_the_agent_makes_it_ok():
     _assert_every_ok_piece_was_compared(on)
 
 
+def test_a_decode_step_pins_the_attention_that_takes_the_cache_and_the_agent_flattens_it():
+    """Without the agent the DynamicCache cannot be flattened: each attention layer (the pieces that take it) is
+    pinned, with the registration row to turn on; with it, every piece exports, the attention's dynamic shapes
+    laying the cache out as the registration flattens it, and the model's cache outputs compared with eager's."""
+    report = _report("--arch", "llama", "--step", "decode", "--patches", "none")
+    assert report["failing"] == ["model.layers.0.self_attn", "model.layers.1.self_attn"], report["failing"]
+    advice = _piece(report, "model.layers.0.self_attn")["advice"]
+    assert advice["kind"] == "patch-off" and advice["patch"] == "pytree.dynamic_cache", advice
+    on = _report("--arch", "llama", "--step", "decode", "--strategy", "always")
+    assert on["ok"] and on["pieces"][0]["leaves"] == 5, on["pieces"][0]  # logits, two layers' keys and values
+    attention = _piece(on, "model.layers.0.self_attn")
+    assert "'past_key_values': [[{0: Dim.DYNAMIC, 2: Dim.DYNAMIC}" in attention["dynamic_shapes"], attention
+    _assert_every_ok_piece_was_compared(on)
+
+
+def test_a_local_config_directory(tmp_path):
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, architectures=["LlamaForCausalLM"])
+    config.save_pretrained(tmp_path)
+    report = _report("--model", str(tmp_path), "--step", "prefill")
+    assert report["ok"] and report["model"].startswith("LlamaForCausalLM"), report
+    _assert_every_ok_piece_was_compared(report)
+
+
 # --- the suggested dynamic shapes -------------------------------------------------------------------------------
 
 
