@@ -1,4 +1,4 @@
-"""The `autopatch` command: status, diff, run, validate, sitecustomize-path, --version.
+"""The `autopatch` command: status, diff, run, validate, diagnose, sitecustomize-path, --version.
 
 Text goes through ``terminal.Output`` (the terminal's width, color only on a terminal, no color under
 NO_COLOR); ``--json`` is the complete, machine-readable form and is never cut, folded or colored.
@@ -101,13 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sitecustomize-path", help="print the directory to put on PYTHONPATH for the sitecustomize door")
     va = sub.add_parser("validate", help="one model end to end: torch.export (and ONNX + onnxruntime) against eager "
                                          "at other sizes")
-    source = va.add_mutually_exclusive_group(required=True)
-    source.add_argument("--arch", metavar="MODEL_TYPE", help="a transformers architecture built tiny, offline (llama)")
-    source.add_argument("--model", metavar="DIR", help="a local config or checkpoint directory (nothing is downloaded)")
-    source.add_argument("--builder", metavar="MODULE:CALLABLE", help="returns (model, inputs_a, inputs_b)")
-    va.add_argument("--kind", help="which head of --arch: causal, seq2seq, vlm, speech, encoder (default: the whole "
-                                   "model, e.g. a VLM's conditional generation)")
-    va.add_argument("--step", help="prefill, decode, forward (default: decode where the model has it)")
+    _add_model_source(va)
     va.add_argument("--onnx", action="store_true", help="also torch.onnx.export(dynamo=True) and onnxruntime")
     va.add_argument("--strict", action="store_true", help="torch.export with strict=True (Dynamo)")
     va.add_argument("--padded", action="store_true", help="left-padded batches, as generate() gives them")
@@ -115,7 +109,35 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
     va.add_argument("--json", action="store_true", help="machine-readable: the whole report")
     va.add_argument("-v", "--verbose", action="store_true", help="a progress line per stage, every leaf's error")
+    dg = sub.add_parser("diagnose", help="which submodule stops torch.export: the model piece by piece, each "
+                                         "piece's dynamic shapes, status and what to do")
+    _add_model_source(dg)
+    dg.add_argument("--patches", metavar="SPEC", help="selection (default: $EXPORT_PATCHES, else 1; none: no patches)")
+    dg.add_argument("--strategy", default="only-if-failing",
+                    help="only-if-failing (default: a piece's children are tried where it fails), always (every "
+                         "piece), local (every piece, its submodules replaced by custom ops: its own code alone), "
+                         "none (the whole model only)")
+    dg.add_argument("--replace-failing", action="store_true",
+                    help="each smallest failing piece becomes a custom op (output shapes learned from the recorded "
+                         "calls) and the whole model is exported again, then compared with eager")
+    dg.add_argument("--compare", action="store_true",
+                    help="also export every piece tried with no patch: which pieces the patches make export")
+    dg.add_argument("--tolerance", type=float, default=1e-4, help="absolute and relative, per output leaf")
+    dg.add_argument("--json", action="store_true", help="machine-readable: the whole report")
+    dg.add_argument("-v", "--verbose", action="store_true",
+                    help="a progress line per piece; every piece's dynamic shapes and location")
     return parser
+
+
+def _add_model_source(command) -> None:
+    """The model sources validate and diagnose share: exactly one of --arch, --model, --builder."""
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("--arch", metavar="MODEL_TYPE", help="a transformers architecture built tiny, offline (llama)")
+    source.add_argument("--model", metavar="DIR", help="a local config or checkpoint directory (nothing is downloaded)")
+    source.add_argument("--builder", metavar="MODULE:CALLABLE", help="returns (model, inputs_a, inputs_b)")
+    command.add_argument("--kind", help="which head of --arch: causal, seq2seq, vlm, speech, encoder (default: the "
+                                        "whole model, e.g. a VLM's conditional generation)")
+    command.add_argument("--step", help="prefill, decode, forward (default: decode where the model has it)")
 
 
 def main(argv=None) -> int:
@@ -140,6 +162,8 @@ def _main(argv) -> int:
         return _diff(args)
     if args.command == "validate":
         return _validate(args)
+    if args.command == "diagnose":
+        return _diagnose(args)
     print(doors.sitecustomize_dir() or "")
     return 0
 
@@ -247,17 +271,37 @@ def _validate(args) -> int:
     from . import validate as validation
     from .validate_text import render
 
-    progress = (lambda text: print(f"autopatch validate: {text}", file=sys.stderr, flush=True)) if args.verbose \
+    return _model_report(args, "validate", lambda progress: validation.validate(
+        arch=args.arch, step=args.step, model=args.model, builder=args.builder, kind=args.kind, onnx=args.onnx,
+        strict=args.strict, padded=args.padded, patches=args.patches, tolerance=args.tolerance, progress=progress),
+        lambda report, out: render(report, out, every_leaf=args.verbose))
+
+
+def _diagnose(args) -> int:
+    from . import diagnose as diagnosis
+    from .diagnose_text import render
+
+    return _model_report(args, "diagnose", lambda progress: diagnosis.diagnose(
+        arch=args.arch, step=args.step, model=args.model, builder=args.builder, kind=args.kind, patches=args.patches,
+        strategy=args.strategy, replace_failing=args.replace_failing, compare=args.compare, tolerance=args.tolerance,
+        progress=progress),
+        lambda report, out: render(report, out, verbose=args.verbose))
+
+
+def _model_report(args, command: str, run, render) -> int:
+    """validate and diagnose: progress lines under -v, a bad input as one line and exit 2, the report as text or
+    --json, exit 0 when it is ok and 1 when not."""
+    from .validate import BadInput
+
+    progress = (lambda text: print(f"autopatch {command}: {text}", file=sys.stderr, flush=True)) if args.verbose \
         else None
     try:
-        report = validation.validate(arch=args.arch, step=args.step, model=args.model, builder=args.builder,
-                                     kind=args.kind, onnx=args.onnx, strict=args.strict, padded=args.padded, patches=args.patches,
-                                     tolerance=args.tolerance, progress=progress)
-    except validation.BadInput as exc:
-        print(f"autopatch validate: {exc}", file=sys.stderr)
+        report = run(progress)
+    except BadInput as exc:
+        print(f"autopatch {command}: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        sys.stdout.write(render(report, Output(sys.stdout), every_leaf=args.verbose))
+        sys.stdout.write(render(report, Output(sys.stdout)))
     return 0 if report["ok"] else 1

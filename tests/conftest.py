@@ -30,6 +30,14 @@ def run_py(code: str, python: str = sys.executable, args=(), timeout=300, **env)
     )
 
 
+def assert_bad_input(out, command: str, message: str) -> None:
+    """A bad input to ``autopatch COMMAND``: exit code 2, nothing on stdout, one error line naming ``message``."""
+    assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
+    errors = [line for line in out.stderr.splitlines() if line.startswith(f"autopatch {command}:")]
+    assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
+    assert out.stdout == ""
+
+
 @pytest.fixture
 def global_agent():
     """The process-wide agent, guaranteed off before and after the test."""

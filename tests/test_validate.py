@@ -9,7 +9,7 @@ import sys
 import pytest
 import transformers
 
-from conftest import REPO, clean_env, needs_onnx, requires
+from conftest import REPO, assert_bad_input, clean_env, needs_onnx, requires
 
 STAGES = ["build", "export", "run"]
 ONNX_STAGES = STAGES + ["onnx", "onnxruntime"]
@@ -168,11 +168,7 @@ def test_a_users_builder():
     (["--builder", "validate_target:missing"], "--builder 'validate_target:missing': AttributeError"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
-    out = _validate(*args)
-    assert out.returncode == 2, (out.stdout, out.stderr[-2000:])
-    errors = [line for line in out.stderr.splitlines() if line.startswith("autopatch validate:")]
-    assert len(errors) == 1 and message in errors[0], out.stderr[-2000:]
-    assert out.stdout == ""
+    assert_bad_input(_validate(*args), "validate", message)
 
 
 def test_onnx_without_onnxruntime_says_how_to_install_it():
