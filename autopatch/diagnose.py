@@ -355,7 +355,7 @@ def advice(piece: Piece, selection: str) -> dict:
     that does not apply here, the auto-rewrite of an ``if`` on a tensor, an issue to open."""
     import autopatch
 
-    from .rewrite.auto import failing_function
+    from .rewrite.auto import suggest_rewrite
 
     exc = piece.result.get("_exception")
     if type(exc).__name__ == "CannotReplace":
@@ -375,10 +375,9 @@ def advice(piece: Piece, selection: str) -> dict:
             shipped = "patch" if row["family"] == "custom" else "shipped patch"  # a user's own, registered
             return {"kind": "patch-not-applied", "patch": row["id"],
                     "text": f"{shipped} {row['id']} does not apply here ({row['state']}: {why})"}
-    if exc is not None and isinstance(failing_function(exc), tuple):
-        module, qualname, line = failing_function(exc)
-        return {"kind": "rewrite", "text": f"an `if` on a tensor in {module}.{qualname} (line {line}): "
-                                           "EXPORT_PATCHES_REWRITE=auto rewrites it"}
+    rewrite = suggest_rewrite(exc) if exc is not None else ""
+    if rewrite:
+        return {"kind": "rewrite", "text": rewrite}
     return {"kind": "issue", "text": "no patch: open an issue with this report (autopatch diagnose --json)"}
 
 

@@ -295,17 +295,22 @@ def _onnx(state) -> dict:
 def onnx_fixed_dims(graph, program) -> tuple:
     """The dims of the ONNX graph's inputs and outputs that the program it was converted from keeps symbolic but
     the graph fixes to a number (``input_ids.shape[1] = 3``: a runtime would refuse every other size), and how
-    many symbolic dims were checked. Inputs pair with the program's user inputs by name, outputs by position."""
+    many symbolic dims were checked. Inputs pair with the program's user inputs by name, outputs with its user
+    outputs by position."""
     import torch
-    from torch.export.graph_signature import InputKind
+    from torch.export.graph_signature import InputKind, OutputKind
 
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
     users = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
     inputs = {name: placeholders[name].meta.get("val") for name in users if name in placeholders}
+    # The program returns mutated buffers and inputs (a cache updated in place) before its user outputs; the ONNX
+    # graph ends with the same user outputs in the same order: paired from the end.
     returned = next(node for node in program.graph.nodes if node.op == "output").args[0]
-    outputs = [getattr(node, "meta", {}).get("val") for node in returned]
+    kinds = [spec.kind for spec in program.graph_signature.output_specs]
+    outputs = [getattr(node, "meta", {}).get("val") for node, kind in zip(returned, kinds)
+               if kind == OutputKind.USER_OUTPUT]
     pairs = [(value, inputs.get(value.name)) for value in graph.input]
-    pairs += list(zip(graph.output, outputs))
+    pairs += list(zip(list(graph.output)[-len(outputs):] if outputs else [], outputs))
     fixed, symbolic = [], 0
     for value, traced in pairs:
         if not isinstance(traced, torch.Tensor):

@@ -51,6 +51,7 @@ def test_a_users_if_on_a_tensor_is_pinned_to_its_module_with_the_rewrite_advice(
     assert gate["status"] == "fail" and gate["error"].startswith("GuardOnDataDependentSymNode"), gate
     assert gate["location"].endswith("diagnose_target.py:12 in forward"), gate["location"]
     assert gate["advice"]["kind"] == "rewrite" and "EXPORT_PATCHES_REWRITE=auto" in gate["advice"]["text"]
+    assert "EXPORT_PATCHES_REWRITE=diagnose_target:Gate.forward" in gate["advice"]["text"]  # the rewriter's words
     assert "diagnose_target.Gate.forward" in gate["advice"]["text"]
     assert [p["status"] for p in report["pieces"]] == ["fail", "ok", "fail", "ok"]  # (model), first, gate, last
     assert gate["dynamic_shapes"] == "{'x': {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}}"
@@ -199,7 +200,7 @@ def test_the_text_report_is_a_tree_with_the_smallest_failing_piece_detailed():
     first = next(line for line in lines if " first (Linear)" in line)
     root = next(line for line in lines if "(model) (Sandwich)" in line)
     assert first.index("first") == root.index("(model)") + 2  # indented one level under the model
-    assert any("what to do: an `if` on a tensor" in line for line in lines), out.stdout
+    assert any("what to do: rewrite diagnose_target.Gate.forward (the `if`" in line for line in lines), out.stdout
     assert any("dynamic_shapes={'x': {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}}" in line for line in lines), out.stdout
     assert lines[-1] == "failed: 1 smallest failing piece: gate"
     progress = [line for line in out.stderr.splitlines() if line.startswith("autopatch diagnose: [")]
