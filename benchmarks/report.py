@@ -146,6 +146,16 @@ def headline_cell(data: dict, column: str) -> str:
     return cell + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def headline_code(data: dict) -> dict:
+    """The code that measured the table's columns of one results file: the columns' own record (a later run may
+    have merged other columns into the file, and its meta names that run), where they agree; else the file's."""
+    codes = data["meta"].get("column_code") or {}
+    stamps = [codes[c] for c in HEADLINE if c in codes and c in data["columns"]]
+    if stamps and all(stamp.get("commit") == stamps[0].get("commit") for stamp in stamps):
+        return stamps[0]
+    return data["meta"]
+
+
 def headline(coverage: list) -> list:
     """The README's table: per transformers version, cases exported and matching eager at other sizes, per column."""
     columns = [c for c in HEADLINE if any(c in d["columns"] for d in coverage)]
@@ -153,8 +163,8 @@ def headline(coverage: list) -> list:
              "| transformers | " + " | ".join(TITLES[c] for c in columns) + " |", "| --- " * (len(columns) + 1) + "|"]
     for data in coverage:
         lines.append(f"| {data['meta']['transformers']} | " + " | ".join(headline_cell(data, c) for c in columns) + " |")
-    lines += ["", "Measured " + "; ".join(f"{d['meta']['transformers']} on {d['meta']['date'][:10]} at "
-                                          f"{measured_at(d['meta'])}" for d in coverage)
+    lines += ["", "Measured " + "; ".join(f"{d['meta']['transformers']} on {headline_code(d)['date'][:10]} at "
+                                          f"{measured_at(headline_code(d))}" for d in coverage)
               + " (`benchmarks/results/`).  A column's `n / m` counts the cases it could be asked (transformers' "
               "exporters take no pure-torch module); `-`: not measured on that version.", "", HEADLINE_END]
     return lines
