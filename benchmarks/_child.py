@@ -235,15 +235,12 @@ def export_onnx(model, a: dict, shapes):
 
 
 def error_text(exc: BaseException) -> str:
-    """The error's first line, and its innermost cause's: torch.onnx wraps what stopped it (torch.export's guard,
-    a missing ONNX translation) in an error whose own first line names only the step."""
-    import re
+    """The error's first line and its innermost cause's, as ``autopatch validate`` words it: torch.onnx wraps what
+    stopped it (torch.export's guard, a missing ONNX translation) in an error whose own first line names only the
+    step."""
+    from autopatch.validate import _error_text
 
-    from autopatch.errors import causes
-
-    *_, cause = causes(exc)
-    text = first_line(exc) + ("" if cause is exc else " <- " + first_line(cause))
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)  # torch.onnx colours its step names
+    return _error_text(exc)
 
 
 def run_case(case_name: str, column: str) -> dict:
