@@ -6,12 +6,20 @@ the medians of the per-run values are compared (ratio = on / off).
 
 Measures:
   import          `import torch, transformers` + building a tiny Llama, wall time of a fresh interpreter
-  eager           one forward of a tiny Llama (single thread): median over calls, in a child per run
+  eager           one forward of a tiny Llama (single thread): median over calls, in a child per run; the
+                  per-call cost shows most there
+  eager 50 ms     the same on a Llama big enough that a forward takes about 50 ms (more runs: a ratio close to
+                  1.00 needs them to be told from noise)
   eager+export    the same while another thread of the process exports a model in a loop
   export torch    torch.export of a pure-torch case (two-layer MLP, dynamic batch) that passes either way
   export llama    decode step of a tiny Llama with a DynamicCache: autopatch vs transformers' own helper
                   (register_dynamic_cache_export_support), the one pair where both pass
   peak memory     ru_maxrss of the child that did the llama export (autopatch vs transformers' helper)
+  export family   per family of catalogue cases (two cases each), the export time with every default patch
+                  (EXPORT_PATCHES=1) against pytree registrations only (EXPORT_PATCHES=pytree), on the cases that
+                  export both ways: what the patches add beyond making the inputs flattenable
+Every ratio comes with a 95 % interval: the runs are paired (off, on, off, on...), so the interval is the
+t-interval of the mean log ratio of the pairs, exponentiated (a geometric mean ratio).
 Writes benchmarks/results/overhead.json; benchmarks/report.py puts it in docs/coverage.md.
 """
 
@@ -39,12 +47,30 @@ import provenance  # noqa: E402  (beside this file)
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _tiny_llama():
+#: name -> (LlamaConfig sizes, tokens of the forward).  "50ms": about 50 ms a forward on one thread of the reference
+#: machine (17 M parameters, 64 tokens), so that a ratio near 1.00 is the agent's and not the timer's.
+LLAMAS = {"tiny": (dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2), 16),
+          "50ms": (dict(vocab_size=8192, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+                        num_attention_heads=8, num_key_value_heads=4), 64)}
+
+#: Two catalogue cases per family for the per-family export ratio: the ones a user meets first in each family.
+FAMILY_CASES = {"torch": ("torch_mlp/forward", "torch_reshape/forward"),
+                "decoder": ("llama/decode", "gemma2/decode"),
+                "decoder-rope": ("llama_rope_yarn/decode", "phi3_rope_longrope/decode"),
+                "moe": ("mixtral/decode", "qwen3_moe/decode"),
+                "ssm": ("mamba/decode", "jamba/decode"),
+                "seq2seq": ("bart/decode", "t5/decode"),
+                "encoder": ("bert/forward", "modernbert/forward"),
+                "vlm": ("llava/prefill", "idefics3/prefill")}
+
+
+def _tiny_llama(size: str = "tiny"):
     import torch
     import transformers
 
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    sizes, _ = LLAMAS[size]
+    config = transformers.LlamaConfig(max_position_embeddings=256, **sizes)
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).eval()
 
@@ -66,14 +92,15 @@ def _forward_times(model, inputs, calls: int) -> list:
     return times
 
 
-def child_eager(calls: int, concurrent: bool) -> dict:
+def child_eager(calls: int, concurrent: bool, size: str = "tiny") -> dict:
     import threading
 
     import torch
 
     torch.set_num_threads(1)
-    model = _tiny_llama()
-    inputs = {"input_ids": torch.randint(0, 128, (1, 16)), "use_cache": False}
+    model = _tiny_llama(size)
+    sizes, tokens = LLAMAS[size]
+    inputs = {"input_ids": torch.randint(0, sizes["vocab_size"], (1, tokens)), "use_cache": False}
     _forward_times(model, inputs, 5)  # warm
     stop, exports, errors = threading.Event(), [0], []
 
@@ -148,12 +175,44 @@ def child_export_llama(helper: bool) -> dict:
             "maxrss_before_export_kb": before}
 
 
+def child_export_family(names: list) -> dict:
+    """Export each named catalogue case once (after one untimed export that pays the lazy imports), as the
+    coverage harness's autopatch column does; seconds of the export call alone, and whether it exported."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import catalogue
+    from _child import export
+
+    torch.set_num_threads(1)
+    cases = {}
+    for k, name in enumerate([names[0], *names]):
+        case = catalogue.CASES[name]
+        if case.missing():
+            continue
+        with torch.no_grad():
+            model, a, b, _ = case.builder()
+            t0 = time.perf_counter()
+            try:
+                export("autopatch", case, model, a, b)
+                seconds, error = time.perf_counter() - t0, None
+            except Exception as exc:
+                seconds, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        if k:  # the first is the warm-up
+            cases[name] = {"seconds": seconds, "error": error}
+    return {"value": 0.0, "cases": cases}
+
+
 def child_main(argv) -> None:
     mode = argv[0]
     if mode == "import":
         out = child_import()
     elif mode == "eager":
         out = child_eager(int(argv[1]), concurrent=False)
+    elif mode == "eager_50ms":
+        out = child_eager(int(argv[1]), concurrent=False, size="50ms")
+    elif mode == "export_family":
+        out = child_export_family(argv[1:])
     elif mode == "eager_concurrent":
         out = child_eager(int(argv[1]), concurrent=True)
     elif mode == "export_torch":
@@ -170,13 +229,34 @@ def child_main(argv) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _env(agent: bool) -> dict:
+def _env(agent) -> dict:
+    """``agent``: False (EXPORT_PATCHES unset), True (``1``) or a selection (``pytree``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EXPORT_PATCHES")}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error", PYTHONWARNINGS="ignore",
                HF_HUB_OFFLINE="1")
     if agent:
-        env["EXPORT_PATCHES"] = "1"
+        env["EXPORT_PATCHES"] = "1" if agent is True else agent
     return env
+
+
+#: Two-sided 95 % quantiles of Student's t by degrees of freedom (1 to 30); beyond, the normal's 1.96.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def paired_ratio(off: list, on: list) -> dict:
+    """Geometric mean of the paired ratios on/off and its 95 % t-interval (None with fewer than two pairs)."""
+    import math
+
+    logs = [math.log(b / a) for a, b in zip(off, on) if a > 0 and b > 0]
+    if not logs:
+        return {"paired_ratio": None, "ratio_ci": None}
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return {"paired_ratio": math.exp(mean), "ratio_ci": None}
+    df = len(logs) - 1
+    half = (T975[df - 1] if df <= len(T975) else 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return {"paired_ratio": math.exp(mean), "ratio_ci": [math.exp(mean - half), math.exp(mean + half)]}
 
 
 def _run(python: str, argv: list, agent: bool) -> tuple[float, dict]:
@@ -202,6 +282,7 @@ def measure(python, name, argv_off, argv_on, repeat, key, unit, note, agent_off=
     row = {"name": name, "unit": unit, "without": statistics.median(off), "with": statistics.median(on),
            "runs": repeat, "samples_without": off, "samples_with": on, "note": note}
     row["ratio"] = row["with"] / row["without"]
+    row.update(paired_ratio(off, on))
     # The best run of each side: less sensitive to other load on the machine than the median.
     row["best_without"], row["best_with"] = min(off), min(on)
     row["best_ratio"] = row["best_with"] / row["best_without"]
@@ -213,20 +294,67 @@ def measure(python, name, argv_off, argv_on, repeat, key, unit, note, agent_off=
     if any("concurrent_exports" in r for r in extra_on):
         row["concurrent_exports"] = {"without": [r["concurrent_exports"] for r in extra_off],
                                      "with": [r["concurrent_exports"] for r in extra_on]}
-    print(f"  {name:<44} {row['without']:.4g} -> {row['with']:.4g} {unit}   x{row['ratio']:.3f}", flush=True)
+    ci = row["ratio_ci"]
+    print(f"  {name:<44} {row['without']:.4g} -> {row['with']:.4g} {unit}   x{row['ratio']:.3f}"
+          + (f"  [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""), flush=True)
     return row, extra_off, extra_on
+
+
+def measure_families(python, repeat: int) -> list:
+    """Export time per family, EXPORT_PATCHES=1 against EXPORT_PATCHES=pytree, runs interleaved; per family the
+    pairs (case, run) where both selections exported."""
+    names = [name for cases in FAMILY_CASES.values() for name in cases]
+    pytree, full = [], []
+    for _ in range(repeat):
+        pytree.append(_run(python, ["export_family", *names], "pytree")[1]["cases"])
+        full.append(_run(python, ["export_family", *names], True)[1]["cases"])
+    rows = []
+    for family, cases in FAMILY_CASES.items():
+        off, on, only_full = [], [], set()
+        for run_off, run_on in zip(pytree, full):
+            for name in cases:
+                a, b = run_off.get(name, {}).get("seconds"), run_on.get(name, {}).get("seconds")
+                if a and b:
+                    off.append(a)
+                    on.append(b)
+                elif b and not a:
+                    only_full.add(name)
+        failing = sorted({name for run in full for name in cases if name in run and run[name]["error"]})
+        row = {"name": f"export, {family} family: pytree only -> all defaults", "unit": "s", "family": family,
+               "cases": list(cases), "pairs": len(off), "runs": repeat,
+               "needs_more_than_pytree": sorted(only_full), "fails_with_defaults": failing,
+               "without": statistics.median(off) if off else None, "with": statistics.median(on) if on else None,
+               "note": f"{', '.join(cases)}; pairs where both selections export: {len(off)}"}
+        if only_full:
+            row["note"] += "; exports only with the defaults (not timed): " + ", ".join(sorted(only_full))
+        if failing:
+            row["note"] += "; fails with the defaults: " + ", ".join(failing)
+        if off:
+            row["ratio"] = row["with"] / row["without"]
+            row.update(paired_ratio(off, on))
+            ci = row["ratio_ci"]
+            print(f"  {row['name']:<44} {row['without']:.4g} -> {row['with']:.4g} s   x{row['ratio']:.3f}"
+                  + (f"  [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""), flush=True)
+        else:
+            row.update(ratio=None, paired_ratio=None, ratio_ci=None)
+            print(f"  {row['name']:<44} no case exports both ways", flush=True)
+        rows.append(row)
+    return rows
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7, help="interleaved runs per measure")
     parser.add_argument("--calls", type=int, default=200, help="eager forwards per child")
+    parser.add_argument("--eager-repeat", type=int, default=12,
+                        help="interleaved runs of the ~50 ms forward (a ratio near 1.00 needs more runs)")
+    parser.add_argument("--family-repeat", type=int, default=3, help="interleaved runs of the per-family exports")
     parser.add_argument("--quick", action="store_true", help="1 run, few calls (for the smoke test)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
     args = parser.parse_args(argv)
     if args.quick:
-        args.repeat, args.calls = 1, 10
+        args.repeat, args.calls, args.eager_repeat, args.family_repeat = 1, 10, 1, 0
     started = time.perf_counter()
     code = provenance.git_state()
     load_at_start = list(os.getloadavg())
@@ -242,6 +370,11 @@ def main(argv=None) -> None:
     rows.append(measure(python, "eager forward, tiny Llama, 1 thread", ["eager", str(args.calls)],
                         ["eager", str(args.calls)], args.repeat, "value", "s",
                         f"median of {args.calls} calls per run, (1, 16) tokens")[0])
+    big_calls = str(max(5, args.calls // 5))
+    rows.append(measure(python, "eager forward, ~50 ms Llama, 1 thread", ["eager_50ms", big_calls],
+                        ["eager_50ms", big_calls], args.eager_repeat, "value", "s",
+                        f"median of {big_calls} calls per run, (1, {LLAMAS['50ms'][1]}) tokens, "
+                        f"{args.eager_repeat} runs")[0])
     # With an exporting thread, every forward waits for the GIL (5 ms switch interval): fewer calls.
     concurrent_calls = str(max(5, args.calls // 10))
     rows.append(measure(python, "eager forward while another thread exports", ["eager_concurrent", concurrent_calls],
@@ -265,6 +398,8 @@ def main(argv=None) -> None:
                  "best_with": best_on, "best_ratio": best_on / best_off,
                  "note": "the child of the row above: transformers' helper vs autopatch"})
     print(f"  {rows[-1]['name']:<44} {mem_off:.4g} -> {mem_on:.4g} MiB   x{mem_on / mem_off:.3f}")
+    if args.family_repeat:
+        rows += measure_families(python, args.family_repeat)
     data = {"meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **code, **versions,
                      "python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
                      "command": "python benchmarks/overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -183,10 +183,14 @@ def overhead_figures(overhead: dict | None, startup: dict | None) -> list:
         lines.append(f"- With the agent / without, medians of {meta['repeat']} interleaved runs ("
                      f"{meta['date'][:10]}, {measured_at(meta)}; best runs in brackets where meaningful):")
         for row in overhead["measures"]:
+            if row.get("ratio") is None:
+                lines.append(f"  - {row['name']}: not measured ({_escape(row.get('note', ''))}).")
+                continue
+            ci = f", 95 % interval {_interval(row)}" if row.get("ratio_ci") else ""
             best = f" (best runs {row['best_ratio']:.2f}x)" if "best_ratio" in row and \
                 "concurrent_exports" not in row else ""
             lines.append(f"  - {row['name']}: {_fmt(row['without'], row.get('unit', 's'))} -> "
-                         f"{_fmt(row['with'], row.get('unit', 's'))}, **{row['ratio']:.2f}x**{best}.")
+                         f"{_fmt(row['with'], row.get('unit', 's'))}, **{row['ratio']:.2f}x**{ci}{best}.")
     return lines + ["", OVERHEAD_END]
 
 
@@ -322,18 +326,25 @@ def overhead_section(data: dict) -> list:
     lines = ["## Overhead", "",
              f"`{meta['command']}`: {meta['date']}, {measured_at(meta)}, torch {meta['torch']}, transformers "
              f"{meta['transformers']}, {meta['machine']}; took **{meta['seconds'] / 60:.1f} min**.  Medians of {meta['repeat']} "
-             "interleaved runs (llama export: at most 3); ratio = with the agent / without (1.00 = no "
+             "interleaved runs (llama export: at most 3; the ~50 ms forward and the families: their own counts); "
+             "ratio = with the agent / without (1.00 = no "
              "difference); best = the ratio of the fastest run of each side, less sensitive to other load.  "
              f"Load average (1, 5, 15 min) at start {_load_avg(meta.get('load_average_at_start'))}, at end "
-             f"{_load_avg(meta.get('load_average_at_end'))}: on a busy machine single runs are noisy.", "",
-             "| measure | without | with | ratio (medians) | ratio (best runs) | note |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             f"{_load_avg(meta.get('load_average_at_end'))}: on a busy machine single runs are noisy.  The 95 % "
+             "interval is that of the geometric mean of the paired ratios (each run with the agent over the run "
+             "without it just before): an interval that contains 1.00 is no measured difference.", "",
+             "| measure | without | with | ratio (medians) | 95 % interval (paired) | ratio (best runs) | note |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in data["measures"]:
         unit = row.get("unit", "s")
+        if row.get("ratio") is None:
+            lines.append(f"| {row['name']} | - | - | - | - | - | {_escape(row.get('note', ''))} |")
+            continue
         # With a concurrent exporting thread a run's median depends on who holds the GIL: best-of is meaningless.
         best = f"{row['best_ratio']:.3f}" if "best_ratio" in row and "concurrent_exports" not in row else ""
+        ci = _interval(row) if row.get("ratio_ci") else ""
         lines.append(f"| {row['name']} | {_fmt(row['without'], unit)} | {_fmt(row['with'], unit)} | "
-                     f"**{row['ratio']:.3f}** | {best} | {_escape(row.get('note', ''))} |")
+                     f"**{row['ratio']:.3f}** | {ci} | {best} | {_escape(row.get('note', ''))} |")
     lines.append("")
     return lines
 
@@ -377,6 +388,11 @@ def startup_section(data: dict) -> list:
         lines.append(f"| {name} | {row['median_ms']:.2f} ms | {spread} | **{row['ratio']:.3f}** |")
     lines.append("")
     return lines
+
+
+def _interval(row: dict) -> str:
+    low, high = row["ratio_ci"]
+    return f"{low:.2f}x - {high:.2f}x"
 
 
 def _load_avg(values) -> str:

@@ -187,6 +187,38 @@ def test_one_overhead_measure():
     assert len(off) == len(on) == 1
 
 
+def test_paired_ratio_interval():
+    """The interval is the t-interval of the mean log ratio of the pairs: exact ratios give a point, noisy ones an
+    interval around their geometric mean, one pair no interval."""
+    import math
+
+    import overhead
+
+    exact = overhead.paired_ratio([1.0, 2.0, 4.0], [1.5, 3.0, 6.0])
+    assert math.isclose(exact["paired_ratio"], 1.5)
+    assert all(math.isclose(bound, 1.5) for bound in exact["ratio_ci"])
+    noisy = overhead.paired_ratio([1.0, 1.0, 1.0, 1.0], [0.9, 1.1, 1.0, 1.05])
+    low, high = noisy["ratio_ci"]
+    assert low < noisy["paired_ratio"] < high and low < 1.0 < high
+    assert overhead.paired_ratio([1.0], [2.0]) == {"paired_ratio": 2.0, "ratio_ci": None}
+
+
+def test_export_family_child_times_each_case_and_reports_failures():
+    """The per-family child, as the parent runs it: with pytree registrations only, a pure-torch case exports and
+    a dynamic-RoPE decode step (it needs transformers.rope.dynamic) fails with its error; with the defaults both
+    export."""
+    import overhead
+
+    names = ["torch_mlp/forward", "llama_rope_dynamic/decode"]
+    _, pytree = overhead._run(sys.executable, ["export_family", *names], "pytree")
+    assert set(pytree["cases"]) == set(names)
+    assert pytree["cases"]["torch_mlp/forward"]["seconds"] > 0
+    failed = pytree["cases"]["llama_rope_dynamic/decode"]
+    assert failed["seconds"] is None and "GuardOnDataDependentSymNode" in failed["error"]
+    _, full = overhead._run(sys.executable, ["export_family", *names], True)
+    assert all(full["cases"][name]["seconds"] > 0 and full["cases"][name]["error"] is None for name in names)
+
+
 def test_the_benchmark_vlm_list_is_the_tests_zoo():
     import catalogue
     import vlm_zoo
