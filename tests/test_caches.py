@@ -10,9 +10,11 @@ import transformers
 from packaging.version import Version
 
 import autopatch
+import proving
 import zoo
 from autopatch import registry
 from conftest import requires
+from proving import assert_same_outputs
 
 TRANSFORMERS_5 = Version(transformers.__version__) >= Version("5")
 # gpt_oss on 4.57 fails in its MoE routing (data-dependent expert selection), not in its cache: issue 5. Deselected
@@ -26,20 +28,9 @@ def pytree_patches(make_agent):
     return make_agent(registry.PATCHES, "pytree")
 
 
-def assert_same_outputs(got, expected):
-    """Every output leaf (logits and every cache state: keys, values, conv and recurrent states, counters) as
-    flattened by the active registrations, and the same tree structure on both sides."""
-    got_leaves, got_spec = torch.utils._pytree.tree_flatten(got)
-    expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(expected)
-    assert got_spec == expected_spec, (got_spec, expected_spec)
-    for g, e in zip(got_leaves, expected_leaves):
-        torch.testing.assert_close(g, e)
-
-
 def _export_and_compare(model, traced, other_a, other_b, run):
-    shapes = autopatch.guess_dynamic_shapes(traced, other_a)
+    program = proving.export(model, traced, other_a)
     with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
         expected = model(**copy.deepcopy(other_b))
         got = program.module()(**copy.deepcopy(other_b))
     assert_same_outputs(got, expected)

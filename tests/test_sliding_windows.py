@@ -12,9 +12,9 @@ import copy
 import pytest
 import torch
 import transformers
-from torch.utils import _pytree as pytree
 
 import autopatch
+import proving
 
 DYN = torch.export.Dim.DYNAMIC
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
@@ -68,11 +68,7 @@ def assert_same_outputs(got, expected):
     """Every leaf (logits and every cache state) and the tree structure; the caches' seen counts too. (A cache
     of sliding layers only returns the tokens it holds as its count: no size of its tensors says more. The next
     step takes the count from its attention mask; README, known limits.)"""
-    got_leaves, got_spec = pytree.tree_flatten(got)
-    expected_leaves, expected_spec = pytree.tree_flatten(expected)
-    assert got_spec == expected_spec
-    for g, e in zip(got_leaves, expected_leaves):
-        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    proving.assert_same_outputs(got, expected, atol=1e-5, rtol=1e-5)
     got_cache, expected_cache = got.past_key_values, expected.past_key_values
     counts = [layer.get_seq_length() for layer in expected_cache.layers]
     if all(getattr(layer, "is_sliding", False) for layer in expected_cache.layers):

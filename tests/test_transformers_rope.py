@@ -16,11 +16,13 @@ import transformers.modeling_rope_utils  # noqa: F401
 from packaging.version import Version
 
 import autopatch
+import proving
 import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
 from autopatch.patches import transformers_rope
 from conftest import run_py
+from proving import Proof
 
 PATCH = "transformers.rope.dynamic"
 TF5 = Version(transformers.__version__) >= Version("5")
@@ -48,82 +50,58 @@ def decode(model, config, batch, past, seq, seed):
 
 
 def eager(model, inputs):
+    """Eager on a fresh copy of the model: dynamic RoPE grows its inv_freq after a long call, the program does not."""
     with torch.no_grad():
-        return copy.deepcopy(model)(**copy.deepcopy(inputs)).logits
+        return copy.deepcopy(model)(**copy.deepcopy(inputs))
 
 
 def _agent(ids):
     return Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id in ids or s.family == "pytree"])
 
 
-@pytest.fixture
-def with_patch(agent):
-    own = _agent({PATCH})
-    own.enable("all")
-    yield own
-    own.disable()
+def prefill_case(name, strict=False):
+    def build_case():
+        model, _ = build(name)
+        runs = [prefill(3, 8, 3), prefill(1, 30, 4), prefill(2, 16, 5), prefill(2, 17, 6)]
+        return model, prefill(2, 20, 1), prefill(3, 8, 2), runs
+
+    return Proof(f"{name}/prefill", build_case, rows=(PATCH,), fails_with="data-dependent", strict=strict,
+                 reference=eager)
 
 
-@pytest.fixture
-def without_patch(agent):
-    own = _agent(set())
-    own.enable("all")
-    yield own
-    own.disable()
+def decode_case(name):
+    def build_case():
+        model, config = build(name)
+        # positions end at 7 (below 16), 17 (just above), 15/16 (at the edge) and 45 (far above)
+        runs = [decode(model, config, *sizes) for sizes in
+                ((3, 5, 2, 3), (1, 12, 5, 4), (2, 15, 1, 5), (2, 14, 2, 6), (1, 40, 5, 7))]
+        return model, decode(model, config, 2, 20, 3, 1), decode(model, config, 3, 5, 2, 2), runs
 
-
-def _export(model, traced, other, strict=False):
-    shapes = autopatch.guess_dynamic_shapes(traced, other)
-    with torch.no_grad():
-        return torch.export.export(copy.deepcopy(model), (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes,
-                                   strict=strict)
-
-
-def _check(program, model, runs):
-    for inputs in runs:
-        with torch.no_grad():
-            got = program.module()(**copy.deepcopy(inputs)).logits
-        torch.testing.assert_close(got, eager(model, inputs))
+    return Proof(f"{name}/decode", build_case, rows=(PATCH,), fails_with="data-dependent", reference=eager)
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_prefill_fails_without_the_patch(without_patch, name):
-    model, _ = build(name)
-    with pytest.raises(Exception, match="data-dependent"):
-        _export(model, prefill(2, 20, 1), prefill(3, 8, 2))
+def test_prefill_fails_without_the_patch(make_agent, name):
+    proving.fails_without(prefill_case(name), make_agent)
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_prefill_exports_and_matches_eager_across_the_original_length(with_patch, name):
-    model, _ = build(name)
-    program = _export(model, prefill(2, 20, 1), prefill(3, 8, 2))
-    _check(program, model, [prefill(3, 8, 3), prefill(1, 30, 4), prefill(2, 16, 5), prefill(2, 17, 6)])
-    record = with_patch.records[PATCH]
-    assert record.state in state.INSTALLED and record.hits > 0
-    assert autopatch.last_export_report()["patches"][PATCH] > 0
+def test_prefill_exports_and_matches_eager_across_the_original_length(make_agent, name):
+    proving.exports_with(prefill_case(name), make_agent)
 
 
-def test_prefill_strict(with_patch):
-    model, _ = build("llama")
-    program = _export(model, prefill(2, 20, 1), prefill(3, 8, 2), strict=True)
-    _check(program, model, [prefill(3, 8, 3), prefill(1, 30, 4)])
+def test_prefill_strict(make_agent):
+    proving.exports_with(prefill_case("llama", strict=True), make_agent)
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_decode_fails_without_the_patch(without_patch, name):
-    model, config = build(name)
-    with pytest.raises(Exception, match="data-dependent"):
-        _export(model, decode(model, config, 2, 20, 3, 1), decode(model, config, 3, 5, 2, 2))
+def test_decode_fails_without_the_patch(make_agent, name):
+    proving.fails_without(decode_case(name), make_agent)
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_decode_with_cache_exports_and_matches_eager(with_patch, name):
-    model, config = build(name)
-    program = _export(model, decode(model, config, 2, 20, 3, 1), decode(model, config, 3, 5, 2, 2))
-    # positions end at 7 (below 16), 17 (just above), 15/16 (at the edge) and 45 (far above)
-    runs = [decode(model, config, 3, 5, 2, 3), decode(model, config, 1, 12, 5, 4), decode(model, config, 2, 15, 1, 5),
-            decode(model, config, 2, 14, 2, 6), decode(model, config, 1, 40, 5, 7)]
-    _check(program, model, runs)
+def test_decode_with_cache_exports_and_matches_eager(make_agent, name):
+    proving.exports_with(decode_case(name), make_agent)
 
 
 def _rotary(model):
@@ -194,12 +172,14 @@ from autopatch import registry
 from autopatch.agent import Agent
 own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == {PATCH!r} or s.family == "pytree"])
 own.enable("all")
+import proving
 import test_transformers_rope as t
 model, _ = t.build("llama")
 assert own.records[{PATCH!r}].state == "applied", own.records[{PATCH!r}]
 assert "0 already-decorated" in own.records[{PATCH!r}].detail
-program = t._export(model, t.prefill(2, 20, 1), t.prefill(3, 8, 2))
-t._check(program, model, [t.prefill(1, 30, 4), t.prefill(3, 8, 3)])
+program = proving.export(model, t.prefill(2, 20, 1), t.prefill(3, 8, 2))
+for inputs in [t.prefill(1, 30, 4), t.prefill(3, 8, 3)]:
+    proving.assert_same_outputs(program.module()(**inputs), t.eager(model, inputs))
 counts = t._wrapper_counts()
 assert counts[0] == 0 and counts[1] >= 1, counts
 own.disable()
@@ -233,18 +213,22 @@ def _phi3_longrope(batch_sizes):
     return model, config, [decode(model, config, *sizes) for sizes in batch_sizes]
 
 
+def longrope_case():
+    def build_case():
+        # traced ending at position 9 (long factors), run ending at 5 (short) and 20 (long)
+        model, _, (traced, other, short, long) = _phi3_longrope(
+            [(2, 6, 3, 1), (3, 9, 2, 2), (1, 3, 2, 3), (2, 15, 5, 4)])
+        return model, traced, other, [short, long]
+
+    return Proof("phi3/longrope_decode", build_case, rows=(PATCH,), fails_with="data-dependent", reference=eager)
+
+
 # 5.13+ select longrope frequencies with torch.where themselves (the 5.23 fingerprint says so: no rewrite).
 @pytest.mark.requires("transformers<5.13")
-def test_longrope_decode_fails_without_the_patch_where_it_branches(without_patch):
-    model, _, (traced, other) = _phi3_longrope([(2, 6, 3, 1), (3, 9, 2, 2)])
-    with pytest.raises(Exception, match="data-dependent"):
-        _export(model, traced, other)
+def test_longrope_decode_fails_without_the_patch_where_it_branches(make_agent):
+    proving.fails_without(longrope_case(), make_agent)
 
 
 @pytest.mark.requires("transformers<5.13")
-def test_longrope_decode_exports_across_the_original_length_where_it_branches(with_patch):
-    # traced ending at position 9 (long factors), run ending at 5 (short) and 20 (long)
-    model, _, (traced, other, short, long) = _phi3_longrope([(2, 6, 3, 1), (3, 9, 2, 2), (1, 3, 2, 3), (2, 15, 5, 4)])
-    program = _export(model, traced, other)
-    _check(program, model, [short, long])
-    assert with_patch.records[PATCH].hits > 0
+def test_longrope_decode_exports_across_the_original_length_where_it_branches(make_agent):
+    proving.exports_with(longrope_case(), make_agent)

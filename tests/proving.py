@@ -1,0 +1,103 @@
+"""What every patch test proves, written once (issue 20): a case fails to export without its rows, exports with
+them, the program matches eager on input sets of *other* sizes than traced (every output leaf and the output's
+structure), and the rows were used (their hits counted).
+
+A test module declares its cases as a table of ``Proof`` rows and runs ``prove(case, make_agent)``, or one half
+of it (``fails_without`` / ``exports_with``) where the two halves are separate tests.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pytest
+import torch
+
+import autopatch
+from autopatch import registry
+
+
+@dataclass(frozen=True)
+class Proof:
+    """One case: ``build()`` returns ``(model, traced, other, runs)``: the model, the input set it is traced with,
+    a second set whose sizes differ (the two give the dynamic shapes), and the sets it is run at afterwards (other
+    sizes again).  ``rows``: the patches the case needs, each must count hits; ``fails_with``: a regular
+    expression of the export error without them; ``beside``: rows selected in both halves (the pytree
+    registrations a decode step needs to be exportable at all).  ``compare(got, expected)`` defaults to every leaf
+    and the structure; ``reference(model, inputs)`` to eager on a copy of the inputs (a model with state, such
+    as dynamic RoPE's growing cache, wants a fresh copy of the model each time)."""
+
+    name: str
+    build: Callable[[], tuple]
+    rows: tuple
+    fails_with: str
+    beside: tuple = ("pytree",)
+    strict: bool = False
+    compare: Callable | None = None
+    reference: Callable | None = None
+    tolerance: dict = field(default_factory=dict)
+
+
+def export(model, traced: dict, other: dict | None = None, *, shapes=None, strict: bool = False):
+    """``torch.export.export`` as a user calls it: keyword inputs, dynamic shapes guessed from two input sets
+    unless given, no autograd; the inputs are copied (a cache is mutated by the trace)."""
+    if shapes is None:
+        shapes = autopatch.guess_dynamic_shapes(traced, other)
+    with torch.no_grad():
+        return torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes, strict=strict)
+
+
+def assert_same_outputs(got, expected, **tolerance) -> None:
+    """Every output leaf (logits and every cache state: keys, values, conv and recurrent states, counters) as
+    flattened by the active registrations, and the same tree structure on both sides."""
+    got_leaves, got_spec = torch.utils._pytree.tree_flatten(got)
+    expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(expected)
+    assert got_spec == expected_spec, (got_spec, expected_spec)
+    for g, e in zip(got_leaves, expected_leaves):
+        torch.testing.assert_close(g, e, **tolerance)
+
+
+def _selection(case: Proof, with_rows: bool) -> str:
+    return ",".join([*case.beside, *(case.rows if with_rows else ())])
+
+
+def fails_without(case: Proof, make_agent, built=None) -> None:
+    """The export stops, with the case's error, when its rows are not selected (the rows beside it are)."""
+    model, traced, other, _ = built or case.build()
+    own = make_agent(registry.PATCHES, _selection(case, with_rows=False))
+    try:
+        with pytest.raises(Exception, match=case.fails_with):
+            export(model, traced, other, strict=case.strict)
+    finally:
+        own.disable()  # one private agent at a time: the next half makes its own
+
+
+def exports_with(case: Proof, make_agent, built=None):
+    """With its rows the case exports, the program matches eager on every run set, and every row counted hits.
+    Returns the program."""
+    model, traced, other, runs = built or case.build()
+    own = make_agent(registry.PATCHES, _selection(case, with_rows=True))
+    for row in case.rows:
+        assert row in own.records, f"{row} is not a shipped patch"
+    program = export(model, traced, other, strict=case.strict)
+    compare = case.compare or (lambda got, expected: assert_same_outputs(got, expected, **case.tolerance))
+    reference = case.reference or (lambda model, inputs: model(**copy.deepcopy(inputs)))
+    assert runs, "a proof runs the program at other sizes than traced"
+    for inputs in runs:
+        with torch.no_grad():
+            got = program.module()(**copy.deepcopy(inputs))
+            expected = reference(model, inputs)
+        compare(got, expected)
+    for row in case.rows:
+        assert own.records[row].hits > 0, f"{row} exported {case.name} without being used"
+    assert all(autopatch.last_export_report()["patches"].get(row, 0) > 0 for row in case.rows)
+    return program
+
+
+def prove(case: Proof, make_agent):
+    """Both halves on one build of the case; returns the program."""
+    built = case.build()
+    fails_without(case, make_agent, built)
+    return exports_with(case, make_agent, built)
