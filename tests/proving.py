@@ -76,7 +76,7 @@ def fails_without(case: Proof, make_agent, built=None) -> None:
 
 def exports_with(case: Proof, make_agent, built=None):
     """With its rows the case exports, the program matches eager on every run set, and every row counted hits.
-    Returns the program."""
+    Returns the program and the agent (for a test's own checks of its records)."""
     model, traced, other, runs = built or case.build()
     own = make_agent(registry.PATCHES, _selection(case, with_rows=True))
     for row in case.rows:
@@ -93,11 +93,11 @@ def exports_with(case: Proof, make_agent, built=None):
     for row in case.rows:
         assert own.records[row].hits > 0, f"{row} exported {case.name} without being used"
     assert all(autopatch.last_export_report()["patches"].get(row, 0) > 0 for row in case.rows)
-    return program
+    return program, own
 
 
 def prove(case: Proof, make_agent):
-    """Both halves on one build of the case; returns the program."""
+    """Both halves on one build of the case; returns the program and the agent."""
     built = case.build()
     fails_without(case, make_agent, built)
     return exports_with(case, make_agent, built)

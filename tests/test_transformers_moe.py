@@ -7,11 +7,13 @@ import torch
 import transformers
 
 import autopatch
+import proving
 import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
 from autopatch.errors import causes
 from conftest import needs_onnx, requires
+from proving import Proof
 
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, vocab_size=128, max_position_embeddings=256)
@@ -74,45 +76,28 @@ def _decode_sets(model, config):
     return traced, other, third
 
 
-def _export(model, inputs, dynamic_shapes):
-    with torch.no_grad():
-        return torch.export.export(model, (), kwargs=zoo.copy_inputs(inputs), dynamic_shapes=dynamic_shapes,
-                                   strict=False)
+def moe_case(name):
+    def build_case():
+        model, config = _build(name)
+        traced, other, third = _decode_sets(model, config)
+        return model, traced, other, [other, third]  # batch, past and new tokens all differ from traced
+
+    return Proof(f"{name}/decode", build_case, rows=(MOE_IDS[name],),
+                 fails_with="Could not guard on data-dependent expression",
+                 beside=("pytree", *COMPANIONS.get(name, ())), tolerance=dict(rtol=1e-5, atol=1e-5))
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_export_fails_without_the_patch(agent, name):
-    model, config = _build(name)
-    traced, other, _ = _decode_sets(model, config)
-    own = _private_agent(COMPANIONS.get(name, ()))
-    try:
-        with pytest.raises(Exception, match="Could not guard on data-dependent expression"):
-            _export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
-    finally:
-        own.disable()
+def test_export_fails_without_the_patch(make_agent, name):
+    proving.fails_without(moe_case(name), make_agent)
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_exported_decode_step_matches_eager_at_other_sizes(agent, name):
-    model, config = _build(name)
-    traced, other, third = _decode_sets(model, config)
+def test_exported_decode_step_matches_eager_at_other_sizes(make_agent, name):
+    _, own = proving.exports_with(moe_case(name), make_agent)
     patch_id = MOE_IDS[name]
-    own = _private_agent([patch_id, *COMPANIONS.get(name, ())])
-    try:
-        program = _export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
-        assert autopatch.last_export_report()["patches"][patch_id] == MOE_LAYERS.get(name, config.num_hidden_layers)
-        assert own.records[patch_id].state == state.APPLIED_LATE
-        for inputs in (other, third):  # sizes other than traced: batch, past and new tokens all differ
-            with torch.no_grad():
-                expected = model(**zoo.copy_inputs(inputs))
-                got = program.module()(**zoo.copy_inputs(inputs))
-            torch.testing.assert_close(got.logits, expected.logits, rtol=1e-5, atol=1e-5)
-            leaves = torch.utils._pytree.tree_leaves  # the cache as registered: every key, value and state
-            for got_leaf, expected_leaf in zip(leaves(got.past_key_values), leaves(expected.past_key_values),
-                                               strict=True):
-                torch.testing.assert_close(got_leaf, expected_leaf)
-    finally:
-        own.disable()
+    assert autopatch.last_export_report()["patches"][patch_id] == MOE_LAYERS.get(name, TEXT["num_hidden_layers"])
+    assert own.records[patch_id].state == state.APPLIED_LATE
 
 
 def _moe_block(model, name):
