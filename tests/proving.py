@@ -25,9 +25,10 @@ class Proof:
     a second set whose sizes differ (the two give the dynamic shapes), and the sets it is run at afterwards (other
     sizes again).  ``rows``: the patches the case needs, each must count hits; ``fails_with``: a regular
     expression of the export error without them; ``beside``: rows selected in both halves (the pytree
-    registrations a decode step needs to be exportable at all).  ``compare(got, expected)`` defaults to every leaf
-    and the structure; ``reference(model, inputs)`` to eager on a copy of the inputs (a model with state, such
-    as dynamic RoPE's growing cache, wants a fresh copy of the model each time)."""
+    registrations a decode step needs to be exportable at all).  Every leaf and the structure are compared, within
+    ``tolerance`` (``torch.testing.assert_close``'s own by default), with ``reference(model, inputs)``: eager on a
+    copy of the inputs unless given (a model with state, such as dynamic RoPE's growing cache, wants a fresh copy
+    of the model each time)."""
 
     name: str
     build: Callable[[], tuple]
@@ -35,7 +36,6 @@ class Proof:
     fails_with: str
     beside: tuple = ("pytree",)
     strict: bool = False
-    compare: Callable | None = None
     reference: Callable | None = None
     tolerance: dict = field(default_factory=dict)
 
@@ -82,14 +82,13 @@ def exports_with(case: Proof, make_agent, built=None):
     for row in case.rows:
         assert row in own.records, f"{row} is not a shipped patch"
     program = export(model, traced, other, strict=case.strict)
-    compare = case.compare or (lambda got, expected: assert_same_outputs(got, expected, **case.tolerance))
     reference = case.reference or (lambda model, inputs: model(**copy.deepcopy(inputs)))
     assert runs, "a proof runs the program at other sizes than traced"
     for inputs in runs:
         with torch.no_grad():
             got = program.module()(**copy.deepcopy(inputs))
             expected = reference(model, inputs)
-        compare(got, expected)
+        assert_same_outputs(got, expected, **case.tolerance)
     for row in case.rows:
         assert own.records[row].hits > 0, f"{row} exported {case.name} without being used"
     assert all(autopatch.last_export_report()["patches"].get(row, 0) > 0 for row in case.rows)
