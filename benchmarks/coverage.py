@@ -237,6 +237,8 @@ def merge_columns(old: dict, new: dict) -> dict:
     legacy = {"commit": old["meta"].get("commit"), "dirty": old["meta"].get("dirty"), "date": old["meta"]["date"]}
     new["meta"]["column_code"] = {**{c: old["meta"].get("column_code", {}).get(c, legacy) for c in old["columns"]},
                                   **new["meta"]["column_code"]}
+    if not any(c.startswith("onnx_diagnostic") for c in new["columns"]):  # its columns are old's: so is their version
+        new["meta"]["onnx_diagnostic"] = old["meta"].get("onnx_diagnostic")
     new["columns"], new["cases"], new["summary"] = columns, cases, summarise(cases, columns)
     return new
 

@@ -146,14 +146,22 @@ def headline_cell(data: dict, column: str) -> str:
     return cell + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def headline_code(data: dict) -> dict:
-    """The code that measured the table's columns of one results file: the columns' own record (a later run may
-    have merged other columns into the file, and its meta names that run), where they agree; else the file's."""
+def headline_code(data: dict) -> str:
+    """When and at which commit the table's columns of one results file were measured: each column's own record (a
+    later run may have merged other columns into the file, and its meta names that run), grouped by commit."""
     codes = data["meta"].get("column_code") or {}
-    stamps = [codes[c] for c in HEADLINE if c in codes and c in data["columns"]]
-    if stamps and all(stamp.get("commit") == stamps[0].get("commit") for stamp in stamps):
-        return stamps[0]
-    return data["meta"]
+    groups: dict = {}
+    for column in HEADLINE:
+        if column in data["columns"]:
+            stamp = codes.get(column, data["meta"])
+            key = (stamp.get("commit"), stamp.get("dirty"), (stamp.get("date") or data["meta"]["date"])[:10])
+            groups.setdefault(key, (stamp, []))[1].append(TITLES[column])
+    version = data["meta"]["transformers"]
+    if len(groups) <= 1:
+        stamp = next(iter(groups.values()))[0] if groups else data["meta"]
+        return f"{version} on {(stamp.get('date') or data['meta']['date'])[:10]} at {measured_at(stamp)}"
+    return f"{version}: " + ", ".join(f"{' / '.join(titles)} on {key[2]} at {measured_at(stamp)}"
+                                      for key, (stamp, titles) in groups.items())
 
 
 def headline(coverage: list) -> list:
@@ -163,8 +171,7 @@ def headline(coverage: list) -> list:
              "| transformers | " + " | ".join(TITLES[c] for c in columns) + " |", "| --- " * (len(columns) + 1) + "|"]
     for data in coverage:
         lines.append(f"| {data['meta']['transformers']} | " + " | ".join(headline_cell(data, c) for c in columns) + " |")
-    lines += ["", "Measured " + "; ".join(f"{d['meta']['transformers']} on {headline_code(d)['date'][:10]} at "
-                                          f"{measured_at(headline_code(d))}" for d in coverage)
+    lines += ["", "Measured " + "; ".join(headline_code(d) for d in coverage)
               + " (`benchmarks/results/`).  A column's `n / m` counts the cases it could be asked (transformers' "
               "exporters take no pure-torch module); `-`: not measured on that version.", "", HEADLINE_END]
     return lines

@@ -187,6 +187,30 @@ def test_one_overhead_measure():
     assert len(off) == len(on) == 1
 
 
+def test_merged_columns_keep_their_commit_and_onnx_diagnostic_version():
+    """A run that measures the agent's columns again keeps the other columns' results, the commit that measured
+    them, and the onnx-diagnostic version of the run that measured its columns; the README names each commit."""
+    import coverage
+    import report
+
+    def run(columns, commit, od):
+        cases = [{"name": "c/forward", "results": {c: {"status": "ok"} for c in columns}}]
+        stamp = {"commit": commit, "dirty": False, "date": f"2026-11-2{len(commit)}"}
+        return {"meta": {**stamp, "transformers": "4.57.6", "onnx_diagnostic": od,
+                         "column_code": {c: stamp for c in columns}},
+                "columns": columns, "cases": cases, "summary": coverage.summarise(cases, columns)}
+
+    old = run(["none", "autopatch", "onnx_diagnostic"], "a" * 40, {"available": True, "version": "0.9.2"})
+    merged = coverage.merge_columns(old, run(["autopatch"], "b" * 40, None))
+    assert merged["meta"]["onnx_diagnostic"]["version"] == "0.9.2"
+    assert merged["meta"]["column_code"]["none"]["commit"] == "a" * 40
+    assert merged["meta"]["column_code"]["autopatch"]["commit"] == "b" * 40
+    assert report.headline_cell(merged, "onnx_diagnostic") == "1 / 1 (0.9.2)"
+    text = report.headline_code(merged)
+    assert "no patches / onnx-diagnostic" in text and "`aaaaaaaaaaaa`" in text
+    assert "autopatch on" in text and "`bbbbbbbbbbbb`" in text
+
+
 def test_paired_ratio_interval():
     """The interval is the t-interval of the mean log ratio of the pairs: exact ratios give a point, noisy ones an
     interval around their geometric mean, one pair no interval."""
