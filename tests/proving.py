@@ -24,8 +24,9 @@ class Proof:
     """One case: ``build()`` returns ``(model, traced, other, runs)``: the model, the input set it is traced with,
     a second set whose sizes differ (the two give the dynamic shapes), and the sets it is run at afterwards (other
     sizes again).  ``rows``: the patches the case needs, each must count hits; ``fails_with``: a regular
-    expression of the export error without them; ``beside``: rows selected in both halves (the pytree
-    registrations a decode step needs to be exportable at all).  Every leaf and the structure are compared, within
+    expression of the export error without them; ``beside``: what is selected in both halves (the pytree
+    registrations a decode step needs to be exportable at all; "all": every default patch, the case's rows
+    excluded in the first half).  Every leaf and the structure are compared, within
     ``tolerance`` (``torch.testing.assert_close``'s own by default), with ``reference(model, inputs)``: eager on a
     copy of the inputs unless given (a model with state, such as dynamic RoPE's growing cache, wants a fresh copy
     of the model each time)."""
@@ -60,7 +61,10 @@ def assert_same_outputs(got, expected, **tolerance) -> None:
 
 
 def _selection(case: Proof, with_rows: bool) -> str:
-    return ",".join([*case.beside, *(case.rows if with_rows else ())])
+    if with_rows:
+        return ",".join([*case.beside, *case.rows])
+    # The rows excluded, so that a ``beside`` of "all" means every default but them; nothing beside: no patch.
+    return ",".join([*case.beside, *(f"-{row}" for row in case.rows)]) if case.beside else "none"
 
 
 def fails_without(case: Proof, make_agent, built=None) -> None:

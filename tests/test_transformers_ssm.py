@@ -12,9 +12,11 @@ import transformers
 from packaging.version import Version
 
 import autopatch
+import proving
 from autopatch import registry, state
 from autopatch.agent import Agent
 from conftest import requires
+from proving import Proof
 
 TF5 = Version(transformers.__version__) >= Version("5")
 DYN = torch.export.Dim.DYNAMIC
@@ -32,8 +34,6 @@ elif TF5:
 else:
     CASES = [("mamba", "transformers.mamba.slow_forward"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan_4x")]
-IDS = [c[1] for c in CASES] + ["torch.export.parameter_buffers"]
-
 
 
 def build(name):
@@ -67,49 +67,30 @@ def _export(model, strict=False):
         return torch.export.export(model, (ids(2, 8, 1),), dynamic_shapes=({0: DYN, 1: DYN},), strict=strict)
 
 
-@pytest.fixture
-def patched(agent):
-    own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id in IDS])
-    own.enable("all")
-    yield own
-    own.disable()
+def prefill_case(name, patch, strict=False):
+    def build_case():
+        runs = [{"input_ids": ids(batch, seq, batch * 100 + seq)} for batch, seq in [(3, 5), (1, 13), (4, 2), (2, 1)]]
+        return build(name), {"input_ids": ids(2, 8, 1)}, {"input_ids": ids(3, 5, 2)}, runs
 
-
-@pytest.fixture
-def unpatched(agent):
-    own = Agent(registry.EXPORT_ENTRY_POINTS, [])
-    own.enable("all")
-    yield own
-    own.disable()
+    # FalconMamba's program on 5.3-5.12 needs torch.export.parameter_buffers in ep.module(): beside, not proved here.
+    return Proof(f"{name}/prefill", build_case, rows=(patch,), fails_with="specialized it to be a constant",
+                 beside=("torch.export.parameter_buffers",), strict=strict)
 
 
 @pytest.mark.parametrize("name,patch", CASES)
-def test_prefill_fails_without_the_patch(unpatched, name, patch):
-    with pytest.raises(Exception, match="specialized it to be a constant"):
-        _export(build(name))
+def test_prefill_fails_without_the_patch(make_agent, name, patch):
+    proving.fails_without(prefill_case(name, patch), make_agent)
 
 
 @pytest.mark.parametrize("name,patch", CASES)
-def test_prefill_exports_and_matches_eager_at_other_sizes(patched, name, patch):
-    model = build(name)
-    program = _export(model)
+def test_prefill_exports_and_matches_eager_at_other_sizes(make_agent, name, patch):
+    program, _ = proving.exports_with(prefill_case(name, patch), make_agent)
     assert any("scan" in str(node.target) for node in program.graph.nodes)
-    with torch.no_grad():
-        for batch, seq in [(3, 5), (1, 13), (4, 2), (2, 1)]:
-            x = ids(batch, seq, batch * 100 + seq)
-            torch.testing.assert_close(program.module()(x), model(x))
-    record = patched.records[patch]
-    assert record.state in state.INSTALLED and record.hits > 0
     assert autopatch.last_export_report()["patches"][patch] == 2  # one per layer
 
 
-def test_prefill_strict(patched):
-    name, patch = CASES[0]
-    model = build(name)
-    program = _export(model, strict=True)
-    with torch.no_grad():
-        x = ids(3, 5, 7)
-        torch.testing.assert_close(program.module()(x), model(x))
+def test_prefill_strict(make_agent):
+    proving.exports_with(prefill_case(*CASES[0], strict=True), make_agent)
 
 
 @pytest.mark.parametrize("name,patch", CASES)
@@ -258,33 +239,21 @@ def _lightning_sets(model):
             for b, p, s in [(2, 6, 3), (3, 8, 2), (1, 9, 1), (4, 5, 5)]]
 
 
-def _export_decode(model, traced, other):
-    with torch.no_grad():
-        return torch.export.export(model, (), kwargs=copy.deepcopy(traced),
-                                   dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other), strict=False)
+def lightning_case():
+    def build_case():
+        model = _minimax()
+        traced, other, *more = _lightning_sets(model)
+        return model, traced, other, [other, *more]  # batch, past and new tokens all differ, one token too
+
+    return Proof("minimax/decode", build_case, rows=(LIGHTNING_ROW,), fails_with="specialized it to be a constant",
+                 beside=("all",))
 
 
 def test_lightning_decode_of_several_tokens_fails_without_its_row(make_agent):
-    model = _minimax()
-    traced, other, *_ = _lightning_sets(model)
-    make_agent(selection=f"all,-{LIGHTNING_ROW}")
-    with pytest.raises(Exception, match="specialized it to be a constant"):
-        _export_decode(model, traced, other)
+    proving.fails_without(lightning_case(), make_agent)
 
 
 def test_lightning_decode_matches_eager_for_every_step_length(make_agent):
-    model = _minimax()
-    traced, other, *more = _lightning_sets(model)
-    own = make_agent()
-    program = _export_decode(model, traced, other)
+    _, own = proving.exports_with(lightning_case(), make_agent)  # keys, values and the linear layer's state
     assert autopatch.last_export_report()["patches"][LIGHTNING_ROW] == 1  # one linear-attention layer
     assert own.records[LIGHTNING_ROW].state in state.INSTALLED
-    for inputs in (other, *more):  # batch, past and new tokens all differ from the traced ones, one token too
-        with torch.no_grad():
-            expected = model(**copy.deepcopy(inputs))
-            got = program.module()(**copy.deepcopy(inputs))
-        torch.testing.assert_close(got.logits, expected.logits)
-        leaves = torch.utils._pytree.tree_leaves  # keys, values and the linear layer's state
-        for got_leaf, expected_leaf in zip(leaves(got.past_key_values), leaves(expected.past_key_values),
-                                           strict=True):
-            torch.testing.assert_close(got_leaf, expected_leaf)
