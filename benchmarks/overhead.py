@@ -182,7 +182,7 @@ def child_export_family(names: list) -> dict:
 
     sys.path.insert(0, str(HERE))
     import catalogue
-    from _child import export
+    from _child import export, first_line
 
     torch.set_num_threads(1)
     cases = {}
@@ -197,7 +197,7 @@ def child_export_family(names: list) -> dict:
                 export("autopatch", case, model, a, b)
                 seconds, error = time.perf_counter() - t0, None
             except Exception as exc:
-                seconds, error = None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+                seconds, error = None, first_line(exc)
         if k:  # the first is the warm-up
             cases[name] = {"seconds": seconds, "error": error}
     return {"value": 0.0, "cases": cases}

@@ -150,18 +150,16 @@ def headline_code(data: dict) -> str:
     """When and at which commit the table's columns of one results file were measured: each column's own record (a
     later run may have merged other columns into the file, and its meta names that run), grouped by commit."""
     codes = data["meta"].get("column_code") or {}
-    groups: dict = {}
+    groups: dict = {}  # "on <date> at <commit>" -> the titles of the columns measured so
     for column in HEADLINE:
         if column in data["columns"]:
             stamp = codes.get(column, data["meta"])
-            key = (stamp.get("commit"), stamp.get("dirty"), (stamp.get("date") or data["meta"]["date"])[:10])
-            groups.setdefault(key, (stamp, []))[1].append(TITLES[column])
+            when = f"on {(stamp.get('date') or data['meta']['date'])[:10]} at {measured_at(stamp)}"
+            groups.setdefault(when, []).append(TITLES[column])
     version = data["meta"]["transformers"]
     if len(groups) <= 1:
-        stamp = next(iter(groups.values()))[0] if groups else data["meta"]
-        return f"{version} on {(stamp.get('date') or data['meta']['date'])[:10]} at {measured_at(stamp)}"
-    return f"{version}: " + ", ".join(f"{' / '.join(titles)} on {key[2]} at {measured_at(stamp)}"
-                                      for key, (stamp, titles) in groups.items())
+        return f"{version} " + next(iter(groups), f"on {data['meta']['date'][:10]} at {measured_at(data['meta'])}")
+    return f"{version}: " + ", ".join(f"{' / '.join(titles)} {when}" for when, titles in groups.items())
 
 
 def headline(coverage: list) -> list:
