@@ -84,7 +84,7 @@ def moe_case(name):
 
     return Proof(f"{name}/decode", build_case, rows=(MOE_IDS[name],),
                  fails_with="Could not guard on data-dependent expression",
-                 beside=("pytree", *COMPANIONS.get(name, ())), tolerance=dict(rtol=1e-5, atol=1e-5))
+                 beside=("pytree", *COMPANIONS.get(name, ())))
 
 
 @pytest.mark.parametrize("name", MODELS)
