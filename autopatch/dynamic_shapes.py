@@ -17,7 +17,7 @@ def guess_dynamic_shapes(inputs_a, inputs_b):
     import torch.utils._pytree as pytree
 
     leaves_a, spec_a = pytree.tree_flatten(inputs_a)
-    leaves_b, spec_b = pytree.tree_flatten(inputs_b)
+    leaves_b, spec_b = pytree.tree_flatten(_keywords_in_order_of(inputs_a, inputs_b))
     if spec_a != spec_b:
         raise ValueError(
             "guess_dynamic_shapes: the two input sets differ in structure, not only in sizes "
@@ -33,6 +33,19 @@ def guess_dynamic_shapes(inputs_a, inputs_b):
         else:
             shapes.append(None)
     return _rebuild(spec_a, iter(shapes))
+
+
+def _keywords_in_order_of(inputs_a, inputs_b):
+    """``inputs_b`` with its keyword inputs in ``inputs_a``'s order when both sets have the same keywords: the
+    model pairs keywords by name, so two sets built by different code are the same structure (pytree would call
+    ``{x, y}`` and ``{y, x}`` different)."""
+    def reordered(a, b):
+        return {key: b[key] for key in a} if isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b) else b
+
+    if isinstance(inputs_a, tuple) and isinstance(inputs_b, tuple) and len(inputs_a) == len(inputs_b) == 2 \
+            and isinstance(inputs_a[1], dict):  # an (args, kwargs) pair
+        return inputs_b[0], reordered(inputs_a[1], inputs_b[1])
+    return reordered(inputs_a, inputs_b)
 
 
 def _rebuild(spec, shapes):

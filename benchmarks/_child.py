@@ -219,23 +219,18 @@ def export_onnx(model, a: dict, shapes):
 
     import onnx
     import torch
-    from torch.export._tree_utils import reorder_kwargs
+
+    from autopatch import onnx_inputs
 
     program = torch.onnx.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes, dynamo=True,
                                 verbose=False)
     path = os.path.join(tempfile.mkdtemp(prefix="autopatch-coverage-onnx-"), "model.onnx")
     program.save(path)
     onnx.checker.check_model(path)
-    call_spec = program.exported_program.call_spec
 
     def run(inputs):
-        # ONNXProgram(**inputs) pairs the graph's inputs with the caller's leaves in the caller's dict order, Python
-        # scalars included, so a `use_cache=True` before a tensor shifts every later tensor one input along.  Feed
-        # it what torch.export made inputs of: the kwargs in the program's order, tensor leaves only.
-        ordered = reorder_kwargs(inputs, call_spec.in_spec)
-        tensors = [leaf for leaf in torch.utils._pytree.tree_leaves(ordered) if isinstance(leaf, torch.Tensor)]
-        flat = program(*tensors)  # onnxruntime, CPU provider; outputs in the program's pytree order
-        return torch.utils._pytree.tree_unflatten(list(flat), call_spec.out_spec)
+        # Not program(**inputs), which pairs the graph's inputs with the dict's values by position (onnx_inputs).
+        return onnx_inputs.run(program, **inputs)  # onnxruntime, CPU provider; the program's output tree
 
     return run
 

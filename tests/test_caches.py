@@ -108,6 +108,11 @@ def test_guess_dynamic_shapes_marks_only_what_differs():
     assert autopatch.guess_dynamic_shapes(a, b) == {"x": {1: dyn}, "pair": [None, {0: dyn}], "flag": None}
     with pytest.raises(ValueError, match="differ in structure"):
         autopatch.guess_dynamic_shapes(a, {**b, "extra": torch.ones(1)})
+    # Keywords pair by name: a second set built in another order is the same structure, shapes keyed as the first.
+    shuffled = {"flag": True, "pair": b["pair"], "x": b["x"]}
+    assert autopatch.guess_dynamic_shapes(a, shuffled) == autopatch.guess_dynamic_shapes(a, b)
+    assert list(autopatch.guess_dynamic_shapes(a, shuffled)) == ["x", "pair", "flag"]
+    assert autopatch.guess_dynamic_shapes(((), a), ((), shuffled)) == ((), autopatch.guess_dynamic_shapes(a, b))
 
 
 #: 4.x and 5.0-5.4 keep state-space states in model-local caches (pytree.model_cache.<model>), stepped with a

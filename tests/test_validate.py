@@ -54,6 +54,36 @@ def test_validate_with_onnx_runs_onnxruntime_against_eager(arch):
     assert all(leaf["max_abs"] < 1e-4 for leaf in ort["leaves"].values())
 
 
+@pytest.mark.parametrize("builder", ["tensors_out_of_signature_order", "a_flag_before_the_tensors"])
+def test_onnxruntime_gets_the_inputs_by_name_whatever_the_dicts_order(builder):
+    """torch's ONNXProgram(**inputs) pairs the graph's inputs with the dict's values by position: two tensors
+    swapped answer wrong in silence, a flag first shifts them. validate feeds the ONNX model by name, as the
+    exported program is fed, and the numbers match eager."""
+    needs_onnx()
+    code, report = _report("--builder", f"validate_target:{builder}", "--onnx")
+    assert code == 0 and report["ok"], report
+    assert report["stages"][4]["leaves"]["output"]["max_abs"] < 1e-6, report["stages"][4]
+
+
+def test_onnx_inputs_run_orders_keywords_as_the_program_does_where_calling_the_program_does_not():
+    """The function itself, beside what torch does with the same dict (the reason it exists)."""
+    needs_onnx()
+    import torch
+
+    from autopatch import onnx_inputs
+    from validate_target import tensors_out_of_signature_order
+
+    model, a, b = tensors_out_of_signature_order()
+    dynamic = {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC} for name in ("x", "y")}
+    program = torch.onnx.export(model, (), kwargs=a, dynamic_shapes={**dynamic, "halve": None}, dynamo=True,
+                                verbose=False)
+    assert [value.name for value in program.model.graph.inputs] == ["x", "y"]  # the traced dict's order
+    torch.testing.assert_close(onnx_inputs.run(program, **b), model(**b))
+    torch.testing.assert_close(program(**b)[0], -model(**b))  # torch's own call: x and y swapped, no error
+    flag_first = {"halve": True, **b}
+    torch.testing.assert_close(onnx_inputs.run(program, **flag_first), model(**b))
+
+
 @requires("transformers>=5")
 def test_an_onnx_failure_names_what_stopped_the_conversion_and_the_patches_the_conversion_used():
     """A 5.x MoE model: without the grouped-matmul row, the onnx stage names the operator torch.onnx could not

@@ -43,3 +43,26 @@ class Refuses(torch.nn.Module):
 
 def refuses():
     return Refuses(), {"x": torch.randn(2, 3)}, {"x": torch.randn(3, 4)}
+
+
+
+class Difference(torch.nn.Module):
+    def forward(self, x, y, halve=False):
+        out = x - y
+        return out / 2 if halve else out
+
+
+def tensors_out_of_signature_order():
+    """The second input set's keywords in another order than the first's (the one traced): an exported program
+    pairs them by name, but an ONNXProgram called as program(**inputs) pairs its graph's inputs (in the traced
+    order) with them by position, so x and y swap and the model answers -(x - y) without a word."""
+    a = {"x": torch.randn(2, 5), "y": torch.randn(2, 5), "halve": True}
+    b = {"y": torch.randn(3, 7), "x": torch.randn(3, 7), "halve": True}
+    return Difference(), a, b
+
+
+def a_flag_before_the_tensors():
+    """A Python flag first (``use_cache=True`` often is): program(**inputs) shifts every tensor one input along."""
+    a = {"halve": True, "x": torch.randn(2, 5), "y": torch.randn(2, 5)}
+    b = {"halve": True, "x": torch.randn(3, 7), "y": torch.randn(3, 7)}
+    return Difference(), a, b
