@@ -855,6 +855,79 @@ PATCHES = (
         "under export the batched all-experts path (the one 4.x uses on accelerators) runs on every device.",
     ),
     PatchSpec(
+        id="transformers.moe.dbrx_v4",
+        family="transformers",
+        trigger="transformers.models.dbrx.modeling_dbrx",
+        target="DbrxExperts.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:dbrx_experts_forward_v4",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("724e56fa79c6",),
+        reason="DBRX's 4.x experts loop over every expert and skip those no token picked (`if token_idx.shape[0] "
+        "== 0`: guard Eq(u0, 0)); every expert's GLU on every token instead, weighted by the dense top-k weights.",
+    ),
+    PatchSpec(
+        id="transformers.moe.deepseek_v2",
+        family="transformers",
+        trigger="transformers.models.deepseek_v2.modeling_deepseek_v2",
+        target="DeepseekV2MoE.moe",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:deepseek_moe",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("2345d276c45e",),
+        reason="DeepseekV2MoE.moe (4.x) sorts tokens by expert and loops over the per-expert counts, skipping "
+        "experts with `if num_tokens == 0` and slicing by them: data-dependent guards. The DeepSeek-V3 replacement "
+        "(every expert on every token, the top-k weights scattered densely) computes the same sum.",
+    ),
+    PatchSpec(
+        id="transformers.moe.ernie4_5_moe",
+        family="transformers",
+        trigger="transformers.models.ernie4_5_moe.modeling_ernie4_5_moe",
+        target="Ernie4_5_MoeSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:ernie4_5_moe_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("61d73c8e5555",),
+        reason="Ernie 4.5 MoE's 4.x block: Mixtral's nonzero() loop over the experts hit (guard Eq(u0, 0)) behind "
+        "its own float32 router; the router kept as it is, every expert on every token, then the shared experts.",
+    ),
+    PatchSpec(
+        id="transformers.moe.aria",
+        family="transformers",
+        trigger="transformers.models.aria.modeling_aria",
+        target="sequential_experts_gemm",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:aria_sequential_experts_gemm",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("02e2d015232b",),
+        reason="Aria's 4.x experts (without the grouped_gemm package) slice the expert-sorted rows with tensor "
+        "bounds: data-dependent sizes. Every expert's matrix on every row, each row keeping its own expert's.",
+    ),
+    PatchSpec(
+        id="transformers.moe.hunyuan_v1_moe",
+        family="transformers",
+        trigger="transformers.models.hunyuan_v1_moe.modeling_hunyuan_v1_moe",
+        target="HunYuanMoEV1Moe.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:hunyuan_v1_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("0a547cedc372",),
+        reason="Hunyuan-MoE's 4.x block: Mixtral's nonzero() loop over the experts hit (guard Eq(u0, 0)) beside a "
+        "shared MLP; every expert on every token instead, the shared MLP added as before.",
+    ),
+    PatchSpec(
+        id="transformers.moe.dbrx",
+        family="transformers",
+        trigger="transformers.models.dbrx.modeling_dbrx",
+        target="DbrxExperts.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:dbrx_experts_forward",
+        requires=(("transformers", ">=5"),),
+        fingerprints=("2b7ca3a044a8",),  # 5.23's; 5.3-5.12 reshape by ffn_hidden_size, which eager itself fails on
+        reason="DBRX's 5.x experts (not behind transformers' experts implementations) loop over nonzero() of the "
+        "experts hit: a data-dependent number of iterations (guard Eq(u0, 0)). Every expert on every token instead.",
+    ),
+    PatchSpec(
         id="torch.onnx.output_names_from_paths",
         family="torch",
         trigger="torch.onnx._internal.exporter._core",

@@ -20,7 +20,8 @@ Every step gets a verdict:
   ours to fix;
 * ``harness``: the sweep could not build the model or its inputs (autopatch.models.tiny's fault or a missing optional package);
 * ``upstream``: eager itself fails or is not deterministic, or the output's structure depends on the input sizes
-  (a Python list per sample: no single program can return both), so no export could be right.
+  (a Python list per sample: no single program can return both), or a causal LM's eager prefill attends ahead
+  (its first position changes with the last token) where the program does not, so no export could be right.
 """
 
 from __future__ import annotations
@@ -133,9 +134,28 @@ def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -
             raise Verdict(AGENT, "run_error", first_line(exc)) from None
     same, detail = compare(got, expected)
     if not same:
+        if arch.kind == "causal" and step == "prefill" and _attends_ahead(model, c) and not _attends_ahead(
+                program.module(), c):
+            raise Verdict(UPSTREAM, "eager_not_causal",
+                          "eager's first position changes with the last token (it attends ahead), the program's "
+                          f"does not: no causal program can match ({detail})")
         raise Verdict(AGENT, "wrong_result", detail)
     programs[step] = (program, b)
     return detail
+
+
+def _attends_ahead(model, inputs: dict) -> bool:
+    """Whether a causal LM's logits at the first position change when only the last token changes: eager of some
+    versions drops the causal mask of an unpadded batch (Doge on 4.57 does), which no causal program reproduces."""
+    import torch
+
+    changed = copy.deepcopy(inputs)
+    ids = changed["input_ids"]
+    ids[:, -1] = (ids[:, -1] + 1) % max(int(ids.max()) + 1, 2)
+    with torch.no_grad():
+        first = _field(model(**copy.deepcopy(inputs)), "logits")[:, 0]
+        second = _field(model(**changed), "logits")[:, 0]
+    return not torch.allclose(first, second, rtol=1e-5, atol=1e-6)
 
 
 def _loop(model, arch, program, start: dict) -> str:

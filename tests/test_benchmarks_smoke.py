@@ -123,6 +123,25 @@ def test_the_readme_figures_are_the_committed_results():
         assert "\n".join(lines) in readme, f"README block {marker} differs from the results: run benchmarks/report.py"
 
 
+def test_a_prefill_whose_eager_attends_ahead_is_told_apart_from_a_causal_one():
+    """sweep_arch's upstream check: eager Doge on 4.57 drops the causal mask of an unpadded batch, so a (causal)
+    program cannot match it. A running sum is causal, a whole-row sum is not."""
+    import sweep_arch
+
+    class Running(torch.nn.Module):
+        def forward(self, input_ids):
+            return {"logits": input_ids.float().cumsum(-1)[..., None]}
+
+    class Whole(torch.nn.Module):
+        def forward(self, input_ids):
+            return {"logits": input_ids.float().sum(-1, keepdim=True).expand(input_ids.shape)[..., None]}
+
+    inputs = {"input_ids": torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])}
+    assert not sweep_arch._attends_ahead(Running(), inputs)
+    assert sweep_arch._attends_ahead(Whole(), inputs)
+    assert inputs["input_ids"][0, -1] == 5  # the inputs themselves are left as they were
+
+
 def test_a_stopped_sweep_resumes_at_the_same_commit_only(tmp_path):
     import provenance
     import sweep

@@ -13,6 +13,7 @@ import autopatch
 import proving
 import zoo
 from autopatch import registry
+from autopatch.rewrite import runtime
 from conftest import requires
 from proving import assert_same_outputs
 
@@ -274,8 +275,9 @@ def _hybrid(name):
     return getattr(transformers, model_name)(getattr(transformers, config_name)(**HYBRID_COMMON, **extra)).eval()
 
 
-def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
-    """A decode step after an eager prefill; ``padded``: the first row's prompt is left-padded."""
+def _hybrid_decode_inputs(model, batch, past, seed, padded=False, seq=1):
+    """A decode step of ``seq`` new tokens after an eager prefill; ``padded``: the first row's prompt is
+    left-padded."""
     g = torch.Generator().manual_seed(seed)
     mask = torch.ones(batch, past, dtype=torch.long)
     if padded:
@@ -292,11 +294,11 @@ def _hybrid_decode_inputs(model, batch, past, seed, padded=False):
         prefill.update(past_key_values=cache, cache_position=torch.arange(past))
     with torch.no_grad():
         out = model(**prefill)
-    inputs = {"input_ids": torch.randint(0, 64, (batch, 1), generator=g),
-              "attention_mask": torch.cat([mask, torch.ones(batch, 1, dtype=torch.long)], dim=1),
+    inputs = {"input_ids": torch.randint(0, 64, (batch, seq), generator=g),
+              "attention_mask": torch.cat([mask, torch.ones(batch, seq, dtype=torch.long)], dim=1),
               "past_key_values": out.past_key_values}
     if LOCAL_CACHES:  # as generate() passes it (5.5's forward on has no such argument)
-        inputs["cache_position"] = torch.arange(past, past + 1)
+        inputs["cache_position"] = torch.arange(past, past + seq)
     return inputs
 
 
@@ -337,6 +339,38 @@ def test_hybrid_decode_step(make_agent, name, cache_patch):
         with pytest.raises(Exception, match=error.get(missing, "data-dependent")):
             export()
         own.disable()
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=requires("transformers<5.5"))
+                                  for name in ("bamba", "granitemoehybrid", "falcon_h1")])
+def test_a_bamba_style_step_of_several_tokens_refuses_one_token_instead_of_answering_wrong(make_agent, monkeypatch,
+                                                                                         name):
+    """Traced with several new tokens and a previous state, the mixer takes its several-token path; torch decides
+    `seq_len == 1` by assuming a dynamic length is never 1, yet the program accepts one. Before the decode row
+    rewrote that test, a one-token step ran down the several-token path and answered wrong without a word
+    (measured on 4.57 Bamba: logits off by 0.235); now the program refuses it, and still matches eager on steps
+    of several tokens."""
+    model = _hybrid(name)
+    traced = _hybrid_decode_inputs(model, 2, 5, 1, seq=3)
+    other = _hybrid_decode_inputs(model, 3, 7, 2, seq=2)  # every size differs, the mask's length too
+    make_agent()
+    with torch.no_grad():
+        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
+                                      dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+        assert autopatch.last_export_report()["patches"][f"transformers.{name}.decode_position"] > 0
+        several = _hybrid_decode_inputs(model, 4, 7, 3, seq=4)
+        assert_same_outputs(program.module()(**copy.deepcopy(several)), model(**copy.deepcopy(several)))
+        one = _hybrid_decode_inputs(model, 1, 7, 4)
+        with pytest.raises(RuntimeError, match="traced with several new tokens and a cache"):
+            program.module()(**copy.deepcopy(one))
+    # The same rewrite with the length compared as written: the program takes the one-token step and answers wrong.
+    monkeypatch.setattr(runtime, "is_one", lambda length, why: length == 1)
+    with torch.no_grad():
+        unchecked = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
+                                        dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
+        got, expected = unchecked.module()(**copy.deepcopy(one)), model(**copy.deepcopy(one))
+    with pytest.raises(AssertionError):  # logits (Bamba: by 0.2) or the states it returns (FalconH1's conv states)
+        assert_same_outputs(got, expected)
 
 
 def test_attribute_codec_keeps_the_attribute_order_when_a_list_fills_later():

@@ -149,6 +149,42 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+# --- models built from the package's tiny catalogue (autopatch.models.tiny, as the sweep builds them) ---------
+
+#: (model type, row, transformers versions): MoE blocks the sweep found stopping a decode step, built tiny from
+#: their own config class (router settings, expert counts and top-k as the class defaults them, sizes shrunk).
+CATALOGUE = [
+    pytest.param("dbrx", "transformers.moe.dbrx_v4", marks=requires("transformers>=4.56,<5"), id="dbrx-4.x"),
+    pytest.param("dbrx", "transformers.moe.dbrx", marks=requires("transformers>=5.23"), id="dbrx-5.x"),
+    *(pytest.param(model_type, f"transformers.moe.{model_type}", marks=requires("transformers>=4.56,<5"),
+                   id=f"{model_type}-4.x") for model_type in ("deepseek_v2", "ernie4_5_moe", "hunyuan_v1_moe")),
+    pytest.param("aria_text", "transformers.moe.aria", marks=requires("transformers>=4.56,<5"), id="aria_text-4.x"),
+]
+
+
+def catalogue_case(model_type, row, step="decode"):
+    from autopatch.models import tiny
+
+    def build_case():
+        arch = next(a for a in tiny.architectures(("causal",)) if a.model_type == model_type)
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, step, k) for k in range(3))
+        return model, traced, other, [other, third]  # batch, past and new tokens all differ from traced
+
+    return Proof(f"{model_type}/{step}", build_case, rows=(row,), fails_with="(from|on) data-dependent expression")
+
+
+@pytest.mark.parametrize("model_type, row", CATALOGUE)
+def test_catalogue_moe_fails_without_its_row(make_agent, model_type, row):
+    proving.fails_without(catalogue_case(model_type, row), make_agent)
+
+
+@pytest.mark.parametrize("step", ["prefill", "decode"])
+@pytest.mark.parametrize("model_type, row", CATALOGUE)
+def test_catalogue_moe_exports_and_matches_eager_at_other_sizes(make_agent, model_type, row, step):
+    proving.exports_with(catalogue_case(model_type, row, step), make_agent)
+
+
 # --- 5.x: the experts' grouped matmul through torch.onnx.export ------------------------------------------------
 
 ONNX_ROW = "transformers.moe.onnx_grouped_mm"

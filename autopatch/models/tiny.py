@@ -817,10 +817,12 @@ def _recurrent(model) -> bool:
 
 
 def _mamba_mixers(model) -> bool:
-    """Mamba-style mixers inside a hybrid (Jamba, Zamba): with a cache they take a one-token path of their own, so
-    their decode step is one token at a time, as generate() feeds it (a step of several tokens is another
-    program, refused by the one-token one's structure and by autopatch's scan at run time)."""
-    return any(type(module).__name__.endswith("MambaMixer") for module in model.modules())
+    """Mamba-style mixers inside a hybrid (Jamba, Zamba, Bamba, Falcon-H1, GraniteMoeHybrid): with a cache they take
+    a one-token path of their own, so their decode step is one token at a time, as generate() feeds it (a step of
+    several tokens is another program, refused by the one-token one's structure and by autopatch at run time).
+    Known by their state-space parameters (``A_log`` beside a ``conv1d``), whatever the class is named."""
+    return any(type(module).__name__.endswith("MambaMixer")
+               or (hasattr(module, "A_log") and hasattr(module, "conv1d")) for module in model.modules())
 
 
 def _rows(config, batch: int) -> int:

@@ -104,3 +104,87 @@ def gpt_oss_experts_forward(self, hidden_states: torch.Tensor, router_indices=No
     weighted = out * routing_weights.transpose(0, 1).unsqueeze(-1)
     next_states = weighted.sum(dim=0).to(tokens.dtype)
     return next_states.view(batch_size, -1, self.hidden_size)
+
+
+def _dense_top_k(top_k_index, top_k_weights, num_experts: int):
+    """``[tokens, experts]`` weights from a router's top-k choice: the weight where a token picked the expert,
+    zero elsewhere. One spare column takes an index equal to ``num_experts`` (5.x routers use it as "no expert");
+    it is dropped, as the original loops never run that expert."""
+    dense = torch.zeros((top_k_index.shape[0], num_experts + 1), dtype=top_k_weights.dtype,
+                        device=top_k_weights.device)
+    return dense.scatter(1, top_k_index, top_k_weights)[:, :num_experts]
+
+
+def _dbrx_all_experts(mlp, tokens, weights, num_experts: int):
+    """DBRX keeps its experts as three stacked matrices (w1, v1, w2: ``[experts * ffn, hidden]``): every expert's
+    GLU on every token, weighted by ``weights[:, expert]`` and summed in the tokens' type, as index_add_ does."""
+    shape = (num_experts, -1, tokens.shape[-1])
+    w1, v1, w2 = (matrix.view(shape) for matrix in (mlp.w1, mlp.v1, mlp.w2))
+    total = torch.zeros_like(tokens)
+    for expert in range(num_experts):
+        total = total + mlp(tokens, w1[expert], v1[expert], w2[expert]) * weights[:, expert, None].to(tokens.dtype)
+    return total
+
+
+def dbrx_experts_forward_v4(self, x, weights, top_weights, top_experts):
+    """DbrxExperts.forward (4.x): the loop over every expert skips those no token picked (``if
+    token_idx.shape[0] == 0``: a data-dependent guard); every expert on every token instead."""
+    batch, length, hidden = x.shape
+    tokens = x.view(-1, hidden)
+    dense = _dense_top_k(top_experts, top_weights, self.moe_num_experts)
+    return _dbrx_all_experts(self.mlp, tokens, dense, self.moe_num_experts).reshape(batch, length, hidden)
+
+
+def dbrx_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """DbrxExperts.forward (5.x): the loop runs over ``nonzero()`` of the experts hit, a data-dependent number of
+    iterations; every expert on every token instead."""
+    batch = hidden_states.shape[0]
+    tokens = hidden_states.reshape(-1, self.hidden_size)
+    dense = _dense_top_k(top_k_index, top_k_weights, self.num_experts)
+    return _dbrx_all_experts(self.mlp, tokens, dense, self.num_experts).view(batch, -1, self.hidden_size)
+
+
+def ernie4_5_moe_sparse_moe_forward(self, hidden_states):
+    """Ernie4_5_MoeSparseMoeBlock.forward (4.x): the router exactly as the original computes it (float32, autocast
+    off, moe_statics' bias choosing the experts, weights renormalised with norm_min), then every expert on every
+    token instead of the nonzero() loop over the experts hit (guard Eq(u0, 0)), then the shared experts."""
+    batch, length, hidden = hidden_states.shape
+    tokens = hidden_states.view(-1, hidden)
+    shared = self.shared_experts(tokens) if self.shared_experts is not None else None
+    device_type = tokens.device.type if isinstance(tokens.device.type, str) and tokens.device.type != "mps" else "cpu"
+    with torch.autocast(device_type=device_type, enabled=False):
+        router_logits = self.gate(tokens.float())
+        probs = F.softmax(router_logits, dim=1, dtype=torch.float)
+        _, selected = torch.topk(self.moe_statics(probs), self.top_k, dim=-1)
+        weights = torch.gather(probs, dim=-1, index=selected)
+        weights = (weights / torch.clamp(weights.sum(dim=-1, keepdim=True), min=self.norm_min)).to(tokens.dtype)
+    output = _all_experts(self.experts, tokens, _dense_top_k(selected, weights, self.num_experts))
+    if shared is not None:
+        output = output + shared
+    return output.reshape(batch, length, hidden), router_logits
+
+
+def aria_sequential_experts_gemm(token_states, expert_weights, tokens_per_expert):
+    """sequential_experts_gemm (Aria, 4.x): rows sorted by expert, ``tokens_per_expert`` rows each, sliced with
+    tensor bounds (``token_states[start:end]``: data-dependent sizes). Every expert's matrix on every row instead,
+    each row keeping the product with its own expert's, found by where it falls in the running counts."""
+    bounds = torch.cumsum(tokens_per_expert, dim=0)
+    rows = torch.arange(token_states.shape[0], device=token_states.device, dtype=bounds.dtype)
+    expert_of_row = torch.searchsorted(bounds, rows, right=True)  # the first expert whose range ends past the row
+    output = torch.zeros(token_states.shape[0], expert_weights.shape[-1], dtype=token_states.dtype,
+                         device=token_states.device)
+    for expert in range(expert_weights.shape[0]):
+        mine = (expert_of_row == expert).unsqueeze(-1)
+        output = torch.where(mine, torch.matmul(token_states, expert_weights[expert]), output)
+    return output
+
+
+def hunyuan_v1_moe_forward(self, hidden_states):
+    """HunYuanMoEV1Moe.forward (4.x): Mixtral's routing and nonzero() loop (guard Eq(u0, 0)) beside an always-on
+    shared MLP; every expert on every token instead, the shared MLP added as the original adds it."""
+    batch, length, hidden = hidden_states.shape
+    shared = self.shared_mlp(hidden_states)
+    router_logits = self.gate(hidden_states)
+    tokens = hidden_states.view(-1, hidden)
+    weights = _dense_routing(router_logits, self.top_k, normalize=True, dtype=tokens.dtype)
+    return _all_experts(self.experts, tokens, weights).reshape(batch, length, hidden) + shared

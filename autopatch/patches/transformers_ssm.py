@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..rewrite import runtime
 from ..rewrite.runtime import linear_recurrence as ssm_scan
 from ..spec import calls_original
 
@@ -57,18 +58,18 @@ def mamba_selective_scan(
     return scan_output
 
 
+#: What a program traced with several new tokens and a cache says when given one.
+ONE_TOKEN_REFUSED = ("this program was traced with several new tokens and a cache; a one-token step takes another "
+                     "path in eager. Export the one-token step on its own.")
+
+
 def _refuse_one_token_with_a_cache(seq_len) -> None:
     """The mixers call this scan for a step of several tokens; with a filled cache they take their own one-token
     path instead (``seq_len == 1``). A dynamic length traced at 2 or more is assumed never to be 1 (torch's
     ranges start at 2), so without a check the program would run a one-token step down the several-token path
     and answer wrong, silently. With a cache here (``return_last_state``), the program refuses a one-token step
     at run time; export the one-token step (its length static, as runtimes feed it) for that."""
-    if isinstance(seq_len, torch.SymInt) and seq_len.node.maybe_as_int() is None:
-        torch._assert_async(
-            torch.scalar_tensor(seq_len) != 1,
-            "autopatch: this program was traced with several new tokens and a cache; a one-token step takes "
-            "another path in eager. Export the one-token step on its own.",
-        )
+    runtime.is_one(seq_len, ONE_TOKEN_REFUSED)
 
 
 @calls_original
@@ -148,12 +149,18 @@ def assume_decode_position(torch_forward):
     state shapes match the batch and ... and cache_position[0] > 0)``. Everything but the last term is structure
     export knows; the last reads a tensor (a data-dependent guard). Once the others hold, the step is a decode
     step whose position is past 0, so the term becomes ``runtime.assume``: true while tracing, and a runtime
-    assertion in the program, which refuses a position 0 instead of taking the wrong branch."""
+    assertion in the program, which refuses a position 0 instead of taking the wrong branch.
+
+    ``seq_len == 1`` becomes ``runtime.is_one``: a step traced with several new tokens and a previous state takes
+    the several-token path, and torch assumes a dynamic length is never 1, yet the program would accept one and
+    run it down that path where eager takes the one-token one (wrong numbers, measured on Bamba). The program
+    refuses it instead."""
     from ..rewrite.control_flow import substitute_expressions
 
     return substitute_expressions(torch_forward, {
         "cache_position[0] > 0":
         "__autopatch_rt.assume(cache_position[0] > 0, 'a decode step (previous state, one token) is past position 0')",
+        "seq_len == 1": f"__autopatch_rt.is_one(seq_len, {ONE_TOKEN_REFUSED!r})",
     })
 
 

@@ -87,6 +87,18 @@ def is_empty(value) -> bool:
     return value.shape[0] == 0 if is_tensor(value) else len(value) == 0
 
 
+def is_one(length, why: str) -> bool:
+    """``length == 1`` where it chooses a one-element path. torch.export decides it for a dynamic length traced at 2
+    or more by assuming sizes of at least 2, without a guard, yet the program accepts a 1 and would run the other
+    path: a wrong answer, silently. For such a length: False, as traced, and the program refuses a 1 at run time,
+    its message saying ``why``. A plain or fixed length: ``length == 1``."""
+    torch = _torch()
+    if isinstance(length, torch.SymInt) and length.node.maybe_as_int() is None:
+        torch._assert_async(torch.scalar_tensor(length) != 1, f"autopatch: {why}")
+        return False
+    return length == 1
+
+
 def _is_size(value) -> bool:
     """A Python int or a symbolic one (a size being traced)."""
     return isinstance(value, (int, _torch().SymInt)) and not isinstance(value, bool)
