@@ -703,6 +703,19 @@ PATCHES = (
         "the first size.",
     ),
     PatchSpec(
+        id="transformers.qwen3_next.one_token_path",
+        family="transformers",
+        trigger="transformers.models.qwen3_next.modeling_qwen3_next",
+        target="Qwen3NextGatedDeltaNet.forward",
+        mode="rewrite",
+        replacement="autopatch.patches.transformers_ssm:one_token_path_checked",
+        requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+        fingerprints=("8b7fcbc6ef29", "f5b167408bb0"),  # 4.57, 5.3
+        reason="4.x and 5.0-5.4 Qwen3-Next picks its one-token recurrent path with `seq_len == 1`. A decode step "
+        "traced with several tokens: torch assumes a dynamic length is never 1, but the program accepts one and "
+        "runs the chunked path from no state (logits off by 0.04, measured on 4.57). The program refuses it instead.",
+    ),
+    PatchSpec(
         id="transformers.qwen3_next.linear_attention_mask",
         family="transformers",
         trigger="transformers.models.qwen3_next.modeling_qwen3_next",
@@ -914,6 +927,18 @@ PATCHES = (
         fingerprints=("0a547cedc372",),
         reason="Hunyuan-MoE's 4.x block: Mixtral's nonzero() loop over the experts hit (guard Eq(u0, 0)) beside a "
         "shared MLP; every expert on every token instead, the shared MLP added as before.",
+    ),
+    PatchSpec(
+        id="transformers.moe.phimoe",
+        family="transformers",
+        trigger="transformers.models.phimoe.modeling_phimoe",
+        target="PhimoeSparseMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:phimoe_sparse_moe_forward",
+        requires=(("transformers", ">=4.56,<5"),),
+        fingerprints=("7a25d6fe3386",),
+        reason="Phi-MoE's 4.x block loops over every expert and skips those no token picked (`if top_x.shape[0] == "
+        "0`: guard Eq(u1, 0)); its sparsemixer router kept, every expert on every token instead.",
     ),
     PatchSpec(
         id="transformers.moe.dbrx",

@@ -259,7 +259,7 @@ HYBRIDS = {  # config class, model class, extra config
 # pytree.model_cache.<model>): on 4.57 and 5.3 the same rows, but 5.3's Jamba has neither the 4.x causal mask nor
 # the MoE loop.
 HYBRID_PATCHES_LOCAL = {
-    "qwen3_next": ["transformers.qwen3_next.linear_attention_mask"],
+    "qwen3_next": ["transformers.qwen3_next.linear_attention_mask"],  # (its one_token_path: one-token steps pass)
     "bamba": ["transformers.bamba.mamba_mask", "transformers.bamba.decode_position"],
     "granitemoehybrid": ["transformers.granitemoehybrid.mamba_mask", "transformers.granitemoehybrid.decode_position"],
     "jamba": ["transformers.jamba.mamba_mask",
@@ -341,15 +341,17 @@ def test_hybrid_decode_step(make_agent, name, cache_patch):
         own.disable()
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=requires("transformers<5.5"))
-                                  for name in ("bamba", "granitemoehybrid", "falcon_h1")])
-def test_a_bamba_style_step_of_several_tokens_refuses_one_token_instead_of_answering_wrong(make_agent, monkeypatch,
-                                                                                         name):
+@pytest.mark.parametrize("name, row", [
+    pytest.param(name, f"transformers.{name}.{kind}", marks=requires("transformers<5.5"))
+    for name, kind in (("bamba", "decode_position"), ("granitemoehybrid", "decode_position"),
+                       ("falcon_h1", "decode_position"), ("qwen3_next", "one_token_path"))])
+def test_a_hybrid_step_of_several_tokens_refuses_one_token_instead_of_answering_wrong(make_agent, monkeypatch,
+                                                                                      name, row):
     """Traced with several new tokens and a previous state, the mixer takes its several-token path; torch decides
-    `seq_len == 1` by assuming a dynamic length is never 1, yet the program accepts one. Before the decode row
-    rewrote that test, a one-token step ran down the several-token path and answered wrong without a word
-    (measured on 4.57 Bamba: logits off by 0.235); now the program refuses it, and still matches eager on steps
-    of several tokens."""
+    `seq_len == 1` by assuming a dynamic length is never 1, yet the program accepts one. Before the rows rewrote
+    that test, a one-token step ran down the several-token path and answered wrong without a word (measured on
+    4.57: Bamba's logits off by 0.235, Qwen3-Next's by 0.04); now the program refuses it, and still matches eager
+    on steps of several tokens."""
     model = _hybrid(name)
     traced = _hybrid_decode_inputs(model, 2, 5, 1, seq=3)
     other = _hybrid_decode_inputs(model, 3, 7, 2, seq=2)  # every size differs, the mask's length too
@@ -357,7 +359,7 @@ def test_a_bamba_style_step_of_several_tokens_refuses_one_token_instead_of_answe
     with torch.no_grad():
         program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
                                       dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other))
-        assert autopatch.last_export_report()["patches"][f"transformers.{name}.decode_position"] > 0
+        assert autopatch.last_export_report()["patches"][row] > 0
         several = _hybrid_decode_inputs(model, 4, 7, 3, seq=4)
         assert_same_outputs(program.module()(**copy.deepcopy(several)), model(**copy.deepcopy(several)))
         one = _hybrid_decode_inputs(model, 1, 7, 4)

@@ -1,5 +1,6 @@
 """pytree.dynamic_cache: fails without the patch, exports with it, and the program matches eager on other sizes."""
 
+import copy
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 import train_export
 from autopatch import registry
-from conftest import REPO, clean_env
+from conftest import REPO, clean_env, requires
 
 DYN = torch.export.Dim.DYNAMIC
 
@@ -147,3 +148,29 @@ def test_shapes_collection_keyed_by_the_cache_tensors(patched):
         expected = model(**train_export.decode_inputs_copy(inputs))
         got = program.module()(**train_export.decode_inputs_copy(inputs))
     torch.testing.assert_close(got.logits, expected.logits)
+
+
+@pytest.mark.parametrize("model_type", [
+    pytest.param(name, marks=requires("transformers>=5.23")) for name in ("deepseek_v32", "glm_moe_dsa")])
+def test_a_sparse_attention_indexers_keys_travel_with_the_cache(make_agent, monkeypatch, model_type):
+    """5.23's DynamicIndexedLayer keeps the sparse-attention indexer's keys beside the keys and values, grown the
+    same way. Flattened as a leaf, they reach the program, which matches eager at other sizes (every leaf, the
+    indexer's keys included); a cache rebuilt without them starts the indexer afresh: the export stops on its
+    shapes."""
+    import proving
+    from autopatch.models import tiny
+    from autopatch.patches import pytree_caches
+
+    arch = next(a for a in tiny.architectures(("causal",)) if a.model_type == model_type)
+    model = tiny.build(arch)
+    traced, other, third = (tiny.inputs(model, arch, "decode", k) for k in range(3))
+    make_agent(registry.PATCHES, "all")
+    children, context = pytree.tree_flatten(traced["past_key_values"])
+    assert "indexer_keys" in str(context)
+    program = proving.export(model, traced, other)
+    for inputs in (other, third):
+        with torch.no_grad():
+            proving.assert_same_outputs(program.module()(**copy.deepcopy(inputs)), model(**copy.deepcopy(inputs)))
+    monkeypatch.setattr(pytree_caches, "LAYER_TENSORS", ())
+    with pytest.raises(RuntimeError, match="Attempting to broadcast a dimension"):
+        proving.export(model, traced, other)

@@ -131,6 +131,13 @@ _ABSENT = object()
 INT_COUNTERS = ("cumulative_length_int",)
 
 
+#: Tensors some layers keep besides keys and values, by attribute, with the method that initialises the layer for
+#: them (None: nothing to initialise). 5.23's DynamicIndexedLayer (DeepSeek-V3.2's sparse-attention indexer, and
+#: the models built on it) keeps the indexer's keys, grown by concatenation like the keys: a cache rebuilt
+#: without them starts the indexer afresh, and its scores no longer span the past.
+LAYER_TENSORS = (("indexer_keys", "lazy_initialization_indexer"), ("indexer_position_ids", None))
+
+
 def _describe_layer(layer, kinds: LayerKinds):
     cls = type(layer)
     if cls not in kinds.ctor_args:
@@ -141,7 +148,8 @@ def _describe_layer(layer, kinds: LayerKinds):
     counter = kv and isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)
     linear = _linear_states(layer) if _is_linear(layer) else ()
     ints = tuple((name, getattr(layer, name)) for name in INT_COUNTERS if type(getattr(layer, name, None)) is int)
-    return (_qualified(cls), kwargs, kv, counter, linear, ints)
+    tensors = tuple(name for name, _ in LAYER_TENSORS if isinstance(getattr(layer, name, None), torch.Tensor))
+    return (_qualified(cls), kwargs, kv, counter, linear, ints, tensors)
 
 
 def _ctor_value(layer, name: str):
@@ -165,7 +173,20 @@ def _layer_slots(layer, description) -> list:
             slots.append(("conv_states", _state(layer, "conv", index)))
         if rec:
             slots.append(("recurrent_states", _state(layer, "recurrent", index)))
+    slots += [(name, getattr(layer, name)) for name in _layer_tensors(description)]
     return slots
+
+
+def _layer_tensors(description) -> tuple:
+    """The LAYER_TENSORS a layer description names (none in contexts saved before they travelled)."""
+    return description[6] if len(description) > 6 else ()
+
+
+def _fill_layer_tensor(layer, name: str, tensor) -> None:
+    initialise = dict(LAYER_TENSORS)[name]
+    if initialise is not None and isinstance(tensor, torch.Tensor):
+        getattr(layer, initialise)(tensor)  # dtype, device, "initialised" as the layer's first update sets them
+    setattr(layer, name, tensor)
 
 
 def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patch_id: str):
@@ -229,7 +250,8 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         children = list(children)
         queues = {n: list(child) for n, child in zip(names, children)}
         built = []
-        for layer_name, kwargs, kv, counter, linear, *ints in layers:  # ints: absent from older saved contexts
+        for description in layers:
+            layer_name, kwargs, kv, counter, linear, *ints = description[:6]  # ints: absent from older contexts
             cls = kinds.by_name[layer_name]
             layer = cls(**dict(kwargs))
             for name, value in (ints[0] if ints else ()):
@@ -245,6 +267,8 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
                 if rec:
                     _fill_state(layer, "recurrent", index, queues["recurrent_states"].pop(0))
                 _set(layer, "has_previous_state", index, previous)
+            for name in _layer_tensors(description):
+                _fill_layer_tensor(layer, name, queues[name].pop(0))
             built.append(layer)
         _rebuild_sliding_lengths(built, layers)
         cache = cache_cls.__new__(cache_cls)

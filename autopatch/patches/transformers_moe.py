@@ -112,7 +112,8 @@ def _dense_top_k(top_k_index, top_k_weights, num_experts: int):
     it is dropped, as the original loops never run that expert."""
     dense = torch.zeros((top_k_index.shape[0], num_experts + 1), dtype=top_k_weights.dtype,
                         device=top_k_weights.device)
-    return dense.scatter(1, top_k_index, top_k_weights)[:, :num_experts]
+    # Added, not set: a router that picked one expert twice gets both weights, as the sparse loops add both.
+    return dense.scatter_add(1, top_k_index, top_k_weights)[:, :num_experts]
 
 
 def _dbrx_all_experts(mlp, tokens, weights, num_experts: int):
@@ -188,3 +189,21 @@ def hunyuan_v1_moe_forward(self, hidden_states):
     tokens = hidden_states.view(-1, hidden)
     weights = _dense_routing(router_logits, self.top_k, normalize=True, dtype=tokens.dtype)
     return _all_experts(self.experts, tokens, weights).reshape(batch, length, hidden) + shared
+
+
+def phimoe_sparse_moe_forward(self, hidden_states):
+    """PhimoeSparseMoeBlock.forward (4.x): its own router (``sparsemixer``, from the block's module) as it is, then
+    every expert on every token instead of the loop that skips experts no token picked (``if top_x.shape[0] ==
+    0``: guard Eq(u1, 0))."""
+    import sys
+
+    batch, length, hidden = hidden_states.shape
+    if self.training and self.input_jitter_noise > 0:
+        hidden_states *= torch.empty_like(hidden_states).uniform_(
+            1.0 - self.input_jitter_noise, 1.0 + self.input_jitter_noise)
+    tokens = hidden_states.view(-1, hidden)
+    router_logits = self.gate(tokens)
+    sparsemixer = sys.modules[type(self).__module__].sparsemixer
+    weights, selected = sparsemixer(router_logits, jitter_eps=self.router_jitter_noise, training=self.training)
+    output = _all_experts(self.experts, tokens, _dense_top_k(selected, weights, self.num_experts))
+    return output.reshape(batch, length, hidden), router_logits

@@ -164,6 +164,17 @@ def assume_decode_position(torch_forward):
     })
 
 
+def one_token_path_checked(forward):
+    """A rewriter for 4.x and 5.0-5.4 Qwen3-Next's gated delta net ``forward``: with a previous state it takes its
+    recurrent one-token path when ``seq_len == 1``, and otherwise the chunked path from no initial state (a step
+    of several tokens is misread, in eager as in the program). Traced with several new tokens, torch assumes the
+    dynamic length is never 1, yet the program accepts one and runs it down the chunked path, where eager takes
+    the recurrent one: a wrong answer, silently. ``runtime.is_one`` makes the program refuse it instead."""
+    from ..rewrite.control_flow import substitute_expressions
+
+    return substitute_expressions(forward, {"seq_len == 1": f"__autopatch_rt.is_one(seq_len, {ONE_TOKEN_REFUSED!r})"})
+
+
 def _assume_decode_by_length(function, length: str):
     """``function`` with ``cache_position[0] > 0`` decided by the step's length (the local named ``length``)."""
     from ..rewrite.control_flow import substitute_expressions
