@@ -373,6 +373,29 @@ def test_rope_index_4x_equals_upstream_on_mixed_batches(model):
                 assert e.dtype == g.dtype and torch.equal(e, g)
 
 
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in MODELS_4])
+def test_rope_index_4x_without_vision_start_tokens_gives_text_positions_as_upstream(model):
+    """4.x counts images by their vision-start tokens: placeholders without one get text positions in eager, and
+    the replacement gave them image positions (a program off by 2.5e-3 in the logits, measured on the sweep's
+    tiny Qwen2-VL, whose prompts had no vision-start token). A row with some runs opened and others not is
+    refused: 4.x pairs its grids with the runs in an order of its own."""
+    name = model[:-3]
+    replacement = getattr(packed, f"{name}_rope_index_4x")
+    language = _build(model).model
+    for ids, _, mask, image_grid, video_grid, _ in _random_batches(name, seed=5, count=20):
+        bare = torch.where(ids == VISION_START, torch.full_like(ids, 5), ids)
+        expected = language.get_rope_index(bare, image_grid, video_grid, attention_mask=mask)
+        got = replacement(language, bare, image_grid, video_grid, attention_mask=mask)
+        for e, g in zip(expected, got):
+            assert torch.equal(e, g)
+    ids, _, mask, image_grid, video_grid, _ = next(
+        batch for batch in _random_batches(name, seed=6) if (batch[0][0] == VISION_START).sum() >= 2)
+    mixed = ids.clone()
+    mixed[0, (ids[0] == VISION_START).nonzero()[0]] = 5  # the first run of row 0 loses its vision start
+    with pytest.raises(RuntimeError, match="some image/video placeholder runs follow a vision-start token"):
+        replacement(language, mixed, image_grid, video_grid, attention_mask=mask)
+
+
 @V4
 def test_window_index_4x_equals_upstream():
     tower = _build("qwen2_5_vl_4x").model.visual

@@ -1282,6 +1282,14 @@ def _feature_count(features) -> int:
     raise BuildError(f"get_image_features returned {type(features).__name__}")
 
 
+def _vision_start(config, first):
+    """The token before the image's placeholders: the vision-start token where the config has one (Qwen-VL models
+    count their images by it, as their processors write it), else the text's own first token."""
+    start = next((value for node in _tree(config)
+                  if _is_int(value := getattr(node, "vision_start_token_id", None))), None)
+    return first if start is None else first.new_full(first.shape, start)
+
+
 def _vlm_inputs(model, k: int, padded: bool) -> dict:
     import torch
 
@@ -1302,7 +1310,7 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
     elif token is None:
         ids = text  # no placeholder token (BLIP-2, GIT): the model puts the image features before the text itself
     else:
-        ids = torch.cat([text[:, :1], torch.full((batch, count), token), text[:, 1:]], dim=1)
+        ids = torch.cat([_vision_start(config, text[:, :1]), torch.full((batch, count), token), text[:, 1:]], dim=1)
     text_inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     if "input_ids" not in taken and "decoder_input_ids" in taken:
         # an image encoder-decoder (VisionEncoderDecoder, Pix2Struct): the text is the decoder's

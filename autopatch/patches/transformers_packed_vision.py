@@ -305,8 +305,27 @@ def qwen2_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid
 
 
 def _kinds_4x(config, input_ids):
-    """4.x has no token-kind input: 1 for the image placeholder id, 2 for the video one, 0 for text."""
-    return (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
+    """4.x has no token-kind input: 1 for the image placeholder id, 2 for the video one, 0 for text.
+
+    4.x counts a row's images and videos by the vision-start tokens followed by a placeholder, and gives the rest
+    text positions. So a run of placeholders counts only after a vision-start token (as a processor writes
+    them); a row whose runs all lack one is text throughout, as in eager. A row where some runs have one and
+    others not, 4.x pairs the grids with the runs in an order of its own: the program refuses such a row."""
+    kinds = (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
+    start_id = getattr(config, "vision_start_token_id", None)
+    if start_id is None:
+        return kinds
+    vision = kinds > 0
+    before = torch.nn.functional.pad(input_ids[:, :-1], (1, 0), value=-1)
+    run_starts = vision & ~torch.nn.functional.pad(vision[:, :-1], (1, 0), value=False)
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+    own_start = torch.cummax(torch.where(run_starts, positions, 0), dim=1).values  # where each token's run starts
+    opened = torch.gather(before == start_id, 1, own_start) & vision
+    mixed = opened.any(-1) & (vision & ~opened).any(-1)
+    torch._check_tensor_all(~mixed,
+                            lambda: "autopatch: some image/video placeholder runs follow a vision-start token and "
+                                    "others do not; 4.x pairs them with the grids in an order of its own")
+    return torch.where(opened, kinds, 0)
 
 
 def qwen2_5_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, second_per_grid_ts=None,
