@@ -941,6 +941,19 @@ PATCHES = (
         "0`: guard Eq(u1, 0)); its sparsemixer router kept, every expert on every token instead.",
     ),
     PatchSpec(
+        id="transformers.moe.longcat_flash_experts",
+        family="transformers",
+        trigger="transformers.models.longcat_flash.modeling_longcat_flash",
+        target="LongcatFlashExperts.forward",
+        mode="route",
+        replacement="autopatch.patches.transformers_moe:longcat_flash_experts_forward",
+        requires=(("transformers", ">=5"),),
+        fingerprints=("453eaea1d033",),  # 5.3, 5.12 and 5.23
+        reason="LongCat-Flash's 5.x experts (not behind transformers' experts implementations; identity 'zero' "
+        "experts among them) loop over nonzero() of the experts hit with .item(): guard Eq(u0, 0). Every expert "
+        "on every token instead, the identities as the tokens themselves.",
+    ),
+    PatchSpec(
         id="transformers.moe.dbrx",
         family="transformers",
         trigger="transformers.models.dbrx.modeling_dbrx",

@@ -156,6 +156,8 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
 CATALOGUE = [
     pytest.param("dbrx", "transformers.moe.dbrx_v4", marks=requires("transformers>=4.56,<5"), id="dbrx-4.x"),
     pytest.param("dbrx", "transformers.moe.dbrx", marks=requires("transformers>=5.23"), id="dbrx-5.x"),
+    pytest.param("longcat_flash", "transformers.moe.longcat_flash_experts", marks=requires("transformers>=5"),
+                 id="longcat_flash-5.x"),
     *(pytest.param(model_type, f"transformers.moe.{model_type}", marks=requires("transformers>=4.56,<5"),
                    id=f"{model_type}-4.x") for model_type in ("deepseek_v2", "ernie4_5_moe", "hunyuan_v1_moe", "phimoe")),
     pytest.param("aria_text", "transformers.moe.aria", marks=requires("transformers>=4.56,<5"), id="aria_text-4.x"),

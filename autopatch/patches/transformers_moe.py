@@ -207,3 +207,20 @@ def phimoe_sparse_moe_forward(self, hidden_states):
     weights, selected = sparsemixer(router_logits, jitter_eps=self.router_jitter_noise, training=self.training)
     output = _all_experts(self.experts, tokens, _dense_top_k(selected, weights, self.num_experts))
     return output.reshape(batch, length, hidden), router_logits
+
+
+def longcat_flash_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """LongcatFlashExperts.forward (5.x): a loop over ``nonzero()`` of the experts hit, each read with ``.item()``
+    (a data-dependent number of iterations). Every routed expert on every token instead, and the "zero" experts
+    (identities, past ``num_routed_experts``) as the tokens themselves, each weighted densely by its top-k
+    weight, as the original adds them."""
+    dense = _dense_top_k(top_k_index, top_k_weights, self.total_experts)
+    total = torch.zeros_like(hidden_states)
+    for expert in range(self.total_experts):
+        if expert >= self.num_routed_experts or self.gate_up_proj is None:
+            out = self.identity_expert(hidden_states)
+        else:
+            gate, up = F.linear(hidden_states, self.gate_up_proj[expert]).chunk(2, dim=-1)
+            out = F.linear(self.act_fn(gate) * up, self.down_proj[expert])
+        total = total + (out * dense[:, expert, None]).to(hidden_states.dtype)
+    return total
