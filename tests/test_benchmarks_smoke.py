@@ -108,16 +108,19 @@ def test_sweep_of_one_architecture_records_its_commit_and_every_step(tmp_path):
     assert report.measured_at(sweep["meta"]) in text
     assert "| causal | llama | ok | ok | ok | ok |" in text
     assert "**1 of 1** architectures export every step" in text
+    headline = "\n".join(report.sweep_headline([sweep]))
+    assert "**1 of 1** architectures export every step" in headline and report.measured_at(sweep["meta"]) in headline
 
 
 def test_the_readme_figures_are_the_committed_results():
-    """The README's headline table and overhead figures are generated from benchmarks/results (report.py): a
+    """The README's headline table, supported-models figures and overhead figures are generated from
+    benchmarks/results (report.py): a
     results file regenerated without the README, or a figure edited by hand, fails here."""
     import report
 
-    blocks = report.readme_blocks(report._load("coverage-*.json"))
+    blocks = report.readme_blocks(report._load("coverage-*.json"), report._load("sweep-*.json"))
     readme = report.README.read_text()
-    assert set(blocks) == {report.HEADLINE_START, report.OVERHEAD_START}
+    assert set(blocks) == {report.HEADLINE_START, report.OVERHEAD_START, report.SWEEP_START}
     for marker, lines in blocks.items():
         assert marker in readme, marker
         assert "\n".join(lines) in readme, f"README block {marker} differs from the results: run benchmarks/report.py"
