@@ -16,6 +16,16 @@ import torch
 import torch.nn.functional as F
 
 
+def _dense_top_k(top_k_index, top_k_weights, num_experts: int):
+    """``[tokens, experts]`` weights from a router's top-k choice: the weight where a token picked the expert,
+    zero elsewhere. One spare column takes an index equal to ``num_experts`` (5.x routers use it as "no expert");
+    it is dropped, as the original loops never run that expert."""
+    dense = torch.zeros((top_k_index.shape[0], num_experts + 1), dtype=top_k_weights.dtype,
+                        device=top_k_weights.device)
+    # Added, not set: a router that picked one expert twice gets both weights, as the sparse loops add both.
+    return dense.scatter_add(1, top_k_index, top_k_weights)[:, :num_experts]
+
+
 def _dense_routing(router_logits, top_k: int, normalize: bool, dtype):
     """``[tokens, experts]`` weights: the softmax top-k probabilities (renormalised over the k chosen when
     ``normalize``) at the chosen experts, zero elsewhere. Same arithmetic as the 4.x sparse blocks."""
@@ -23,9 +33,7 @@ def _dense_routing(router_logits, top_k: int, normalize: bool, dtype):
     top_weights, top_experts = torch.topk(probs, top_k, dim=-1)
     if normalize:
         top_weights = top_weights / top_weights.sum(dim=-1, keepdim=True)
-    top_weights = top_weights.to(dtype)
-    dense = torch.zeros(router_logits.shape, dtype=dtype, device=router_logits.device)
-    return dense.scatter(1, top_experts, top_weights)
+    return _dense_top_k(top_experts, top_weights.to(dtype), router_logits.shape[-1])
 
 
 def _all_experts(experts, tokens, weights, dtype=None):
@@ -80,9 +88,7 @@ def deepseek_moe(self, hidden_states: torch.Tensor, topk_indices: torch.Tensor, 
     """DeepseekV3MoE.moe (4.x; Dots1MoE, Glm4MoeMoE... have the same source). The original loops over every
     expert but skips those no token picked (``if token_indices.numel() > 0``: a data-dependent guard); here
     every expert runs on every token, weighted by the router's top-k weights scattered densely."""
-    weights = torch.zeros(
-        (hidden_states.shape[0], len(self.experts)), dtype=topk_weights.dtype, device=hidden_states.device
-    ).scatter(1, topk_indices, topk_weights)
+    weights = _dense_top_k(topk_indices, topk_weights, len(self.experts))
     return _all_experts(self.experts, hidden_states, weights, dtype=topk_weights.dtype).type(hidden_states.dtype)
 
 
@@ -104,16 +110,6 @@ def gpt_oss_experts_forward(self, hidden_states: torch.Tensor, router_indices=No
     weighted = out * routing_weights.transpose(0, 1).unsqueeze(-1)
     next_states = weighted.sum(dim=0).to(tokens.dtype)
     return next_states.view(batch_size, -1, self.hidden_size)
-
-
-def _dense_top_k(top_k_index, top_k_weights, num_experts: int):
-    """``[tokens, experts]`` weights from a router's top-k choice: the weight where a token picked the expert,
-    zero elsewhere. One spare column takes an index equal to ``num_experts`` (5.x routers use it as "no expert");
-    it is dropped, as the original loops never run that expert."""
-    dense = torch.zeros((top_k_index.shape[0], num_experts + 1), dtype=top_k_weights.dtype,
-                        device=top_k_weights.device)
-    # Added, not set: a router that picked one expert twice gets both weights, as the sparse loops add both.
-    return dense.scatter_add(1, top_k_index, top_k_weights)[:, :num_experts]
 
 
 def _dbrx_all_experts(mlp, tokens, weights, num_experts: int):

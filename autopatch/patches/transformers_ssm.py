@@ -61,6 +61,8 @@ def mamba_selective_scan(
 #: What a program traced with several new tokens and a cache says when given one.
 ONE_TOKEN_REFUSED = ("this program was traced with several new tokens and a cache; a one-token step takes another "
                      "path in eager. Export the one-token step on its own.")
+#: The rewrite of a mixer's one-token test that makes such a program refuse one (``runtime.is_one``).
+_LENGTH_IS_ONE_CHECKED = {"seq_len == 1": f"__autopatch_rt.is_one(seq_len, {ONE_TOKEN_REFUSED!r})"}
 
 
 def _refuse_one_token_with_a_cache(seq_len) -> None:
@@ -160,7 +162,7 @@ def assume_decode_position(torch_forward):
     return substitute_expressions(torch_forward, {
         "cache_position[0] > 0":
         "__autopatch_rt.assume(cache_position[0] > 0, 'a decode step (previous state, one token) is past position 0')",
-        "seq_len == 1": f"__autopatch_rt.is_one(seq_len, {ONE_TOKEN_REFUSED!r})",
+        **_LENGTH_IS_ONE_CHECKED,
     })
 
 
@@ -172,7 +174,7 @@ def one_token_path_checked(forward):
     the recurrent one: a wrong answer, silently. ``runtime.is_one`` makes the program refuse it instead."""
     from ..rewrite.control_flow import substitute_expressions
 
-    return substitute_expressions(forward, {"seq_len == 1": f"__autopatch_rt.is_one(seq_len, {ONE_TOKEN_REFUSED!r})"})
+    return substitute_expressions(forward, _LENGTH_IS_ONE_CHECKED)
 
 
 def _assume_decode_by_length(function, length: str):
