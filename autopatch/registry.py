@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from .spec import PatchSpec
 
-TORCH = (("torch", ">=2.6"),)
+#: The torch releases the torch rows and the entry points were measured on (benchmarks/torch_release.sh: 2.9.1,
+#: 2.13.0, 2.14.1, 2.15.0); fingerprints, not an upper bound, catch a newer release that rewrote a patched function.
+TORCH = (("torch", ">=2.9"),)
+#: The rows inside torch.onnx's exporter: measured on 2.13.0, 2.14.1 and 2.15.0. On 2.9.1 its exporter differs
+#: (other names, other decompositions) and their tests fail, so they are not installed there.
+TORCH_ONNX = (("torch", ">=2.13"),)
 
 EXPORT_ENTRY_POINTS = (
     PatchSpec(
@@ -317,8 +322,8 @@ PATCHES = (
         target="infer_size",
         mode="route",
         replacement="autopatch.patches.torch_shapes:infer_size",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("a91789a75c4d",),
+        requires=TORCH,
+        fingerprints=("7b5dd4cdd595", "a91789a75c4d"),
         reason="x + y with independent dynamic dims traced at equal sizes: the FakeTensor fast path decides "
         "size_a == size_b from the hints and replaces one dim by the other, so the program rejects broadcasting "
         "inputs ((1,3)+(4,3)) and named Dims fail with 'must always be equal'. Keeps both dims: Max(a, b) and a "
@@ -331,8 +336,10 @@ PATCHES = (
         target="get_fast_op_impls",
         mode="route",
         replacement="autopatch.patches.torch_shapes:get_fast_op_impls",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("4e4663b18f03",),
+        requires=TORCH,
+        # 2.9.1 and 2.13.0 differ in annotations; 2.14 adds aten.alias.default to the table; the add/sub/mul/div
+        # entries this wraps are the same.
+        fingerprints=("bdb846b589cd", "4e4663b18f03", "8b476f7b3971"),
         reason="With torch.broadcast.infer_size: the add/sub/mul/div.Tensor fast path then checks 'operand shape == "
         "output shape' on the hints (guard_or_false) and the program again rejects broadcasting inputs. An output "
         "no operand statically matches is built contiguous of the broadcast shape, with no guard.",
@@ -344,8 +351,8 @@ PATCHES = (
         target="_broadcast_shapes",
         mode="route",
         replacement="autopatch.patches.torch_shapes:broadcast_shapes",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("fdb146ffee68",),
+        requires=TORCH,
+        fingerprints=("7f6c86c08b3e", "fdb146ffee68"),
         reason="Refs path of where/maximum/pow/eq/expand_as...: torch._check(common == shape) replaces one "
         "independent dim by the other. Opt-in: helps only with torch.backed_size_oblivious and the other "
         "torch.broadcast_refs.* patches.",
@@ -358,8 +365,8 @@ PATCHES = (
         target="_broadcast_shapes",
         mode="route",
         replacement="autopatch.patches.torch_shapes:broadcast_shapes",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("fdb146ffee68",),
+        requires=TORCH,
+        fingerprints=("7f6c86c08b3e", "fdb146ffee68"),
         reason="The alias of torch._refs._broadcast_shapes bound by torch._meta_registrations.",
         default=False,
     ),
@@ -370,8 +377,8 @@ PATCHES = (
         target="_broadcast_shapes",
         mode="route",
         replacement="autopatch.patches.torch_shapes:broadcast_shapes",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("fdb146ffee68",),
+        requires=TORCH,
+        fingerprints=("7f6c86c08b3e", "fdb146ffee68"),
         reason="The alias of torch._refs._broadcast_shapes bound by torch._refs._conversions.",
         default=False,
     ),
@@ -382,8 +389,8 @@ PATCHES = (
         target="_maybe_broadcast",
         mode="route",
         replacement="autopatch.patches.torch_shapes:maybe_broadcast",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("68f8551e77ba",),
+        requires=TORCH,
+        fingerprints=("b9bb818767f9", "68f8551e77ba"),
         reason="Refs path: its should_expand asks torch._check(x == y) for each dim. Expands unless the shape is "
         "statically the common one. Opt-in, with torch.backed_size_oblivious.",
         default=False,
@@ -395,8 +402,8 @@ PATCHES = (
         target="_maybe_broadcast",
         mode="route",
         replacement="autopatch.patches.torch_shapes:maybe_broadcast",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("68f8551e77ba",),
+        requires=TORCH,
+        fingerprints=("b9bb818767f9", "68f8551e77ba"),
         reason="The alias of torch._refs._maybe_broadcast bound by torch._meta_registrations.",
         default=False,
     ),
@@ -407,8 +414,8 @@ PATCHES = (
         target="broadcast_in_dim.prim_meta_impl",
         mode="route",
         replacement="autopatch.patches.torch_shapes:broadcast_in_dim_meta",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("3a6441582085",),
+        requires=TORCH,
+        fingerprints=("227b3f26efb3", "3a6441582085"),
         reason="The meta of prims.broadcast_in_dim (FakeTensor calls op.prim_meta_impl) checks a.shape[i] == "
         "shape[i], which forces the dims equal; a deferred 'broadcastable' check instead. Opt-in, with "
         "torch.backed_size_oblivious.",
@@ -421,7 +428,7 @@ PATCHES = (
         target="_export_for_training",
         mode="route",
         replacement="autopatch.patches.torch_shapes:export_backed_size_oblivious",
-        requires=(("torch", ">=2.13"),),
+        requires=TORCH,
         reason="Runs the export with torch.fx.experimental._config backed_size_oblivious=True: size checks stop "
         "reading the hints of backed symbols. With torch.broadcast_refs.* it keeps independent dims in "
         "torch.where/maximum/... Opt-in: it changes which guards every export records.",
@@ -434,7 +441,11 @@ PATCHES = (
         target="ShapeEnv._maybe_evaluate_static",
         mode="route",
         replacement="autopatch.patches.torch_shapes:maybe_evaluate_static",
-        requires=(("torch", ">=2.13"),),
+        requires=TORCH,
+        # The replacement asks the original again on a reduced expression, so it relies on what the original's
+        # keywords (compute_hint, unbacked_only, var_to_range) mean: 2.9.1, 2.13.0, 2.14.1 (simplify gets the
+        # ranges), 2.15.0 (singleton ints decided first).
+        fingerprints=("46bbccaed0ad", "fb311d8f650f", "dcfd46f0b5dc", "00f3ff12404d"),
         reason="Grouped-query attention (repeat_kv's expand + reshape) makes torch guard Eq(Min(16*p + 16, "
         "32*p + 32), 16*p + 16): always true, but undecidable for torch, so a decode step exported with a named "
         "Dim for the past length fails ('Not all values of past ... satisfy the generated guard'). Drops the "
@@ -449,8 +460,8 @@ PATCHES = (
         target="ShapeEnv._set_replacement",
         mode="route",
         replacement="autopatch.patches.torch_shapes:set_replacement",
-        requires=(("torch", ">=2.13"),),
-        fingerprints=("78a9265cf80f",),
+        requires=TORCH,
+        fingerprints=("b0b1b38551b6", "78a9265cf80f"),
         reason="Debugging aid: raises StopIfStaticError the moment a dynamic input dim is specialized to a constant "
         "or forced equal to another input dim, naming the guard and the user's file:line (torch reports it only "
         "at the end, without a location, or not at all for x + y).",
@@ -463,7 +474,9 @@ PATCHES = (
         target="_get_range_constraints",
         mode="route",
         replacement="autopatch.patches.torch_shapes:get_range_constraints",
-        requires=(("torch", ">=2.13"),),
+        # 2.14 builds the traced order with _combine_args_for_tracing, which flattens the group itself: the
+        # same export passes there without this row (tests/test_torch_shapes.py shows both).
+        requires=(("torch", ">=2.9,<2.14"),),
         fingerprints=("4839f12dce44",),
         reason="forward(self, input_ids, attention_mask=None, **kwargs) with dynamic shapes for the **kwargs: the "
         "'traced order' rebuild keeps the kwargs group and re-adds its keys, and export fails with 'Must provide a "
@@ -476,7 +489,10 @@ PATCHES = (
         target="_convert_guards_code_to_fn",
         mode="install",
         replacement="autopatch.patches.torch_shapes:install_varkw_guards",
-        requires=(("torch", ">=2.13"),),
+        requires=TORCH,
+        # The guard text it rewrites is what this function parses: 2.9.1, 2.13.0 (math in the namespace), and
+        # 2.14.1/2.15.0 (a RecursionError fallback added).
+        fingerprints=("ad9f32dc2fcb", "4fdda57458c7", "263d048e763b"),
         reason="Then, non-strict: ep.module() fails with \"NameError: name 'L' is not defined\": guards name "
         "L['kwargs']['past'] while the module's inputs are flat. Rewrites them to L['past']. Runs in ep.module(), "
         "after the export, so it is always on; it changes only guards that could not run.",
@@ -488,7 +504,7 @@ PATCHES = (
         target="_unlift_exported_program_lifted_states",
         mode="install",
         replacement="autopatch.patches.torch_shapes:install_parameter_buffers",
-        requires=(("torch", ">=2.13"),),
+        requires=TORCH,
         reason="A non-persistent buffer whose value is an nn.Parameter (5.12 FalconMambaMixer's b_c_rms, dt_rms): "
         "ep.module() fails with \"KeyError: attribute 'b_c_rms' already exists\": the constants loop setattrs it "
         "(so it becomes a parameter), then the fix-up of non-persistent buffers registers it as a buffer. Unlifts "
@@ -972,7 +988,7 @@ PATCHES = (
         target="export",
         mode="install",
         replacement="autopatch.patches.onnx_output_names:install_output_names",
-        requires=TORCH,
+        requires=TORCH_ONNX,
         reason="torch.onnx.export(dynamo=True) names inputs by their paths but outputs by FX node (linear_14, "
         "cat_3): a runtime cannot tell which output is which layer's cache. Without output_names given, outputs "
         "are named by their paths too (logits, present_key_cache_0 ...); given names are kept.",
@@ -984,7 +1000,7 @@ PATCHES = (
         target="ONNXRegistry.from_torchlib",
         mode="install",
         replacement="autopatch.patches.onnx_translations:install_is_all_true",
-        requires=TORCH,
+        requires=TORCH_ONNX,
         reason="torch._check_tensor_all (transformers 5.x image-token checks, the agent's vision rows) leaves "
         "_is_all_true in the program; torch.onnx.export drops the assertion but has no translation for its "
         "argument ('No ONNX function found'): every vision-language model stopped there. Translated as what it "
@@ -997,7 +1013,7 @@ PATCHES = (
         target="ONNXRegistry.from_torchlib",
         mode="install",
         replacement="autopatch.patches.onnx_translations:install_sdpa_masked_rows",
-        requires=TORCH,
+        requires=TORCH_ONNX,
         reason="scaled_dot_product_attention answers zeros for a query row whose boolean mask hides every key; "
         "torch.onnx's translation answers the mean of the values, so the ONNX model of every left-padded batch "
         "disagrees with eager at the padding positions (measured up to 0.5 in the logits). The same translation "

@@ -2,22 +2,26 @@
 # The torch-family patches on another torch release: a throwaway venv with that torch (and the project's other pins,
 # as scripts/setup.sh installs them), the focused suite and the catalogue's autopatch column, one results file.
 #   bash benchmarks/torch_release.sh TORCH_VERSION [TRANSFORMERS_VERSION]        default transformers 5.23.0
-# venv: /tmp/autopatch-bench/torch-<version> (reused when its torch, transformers and editable autopatch match);
-# work files (junit xml, coverage json, status, logs): /tmp/autopatch-bench/torch-<version>-run/;
-# result: benchmarks/results/torch-<version>.json (benchmarks/torch_release.py writes it; report.py shows it).
+# venv: /tmp/autopatch-bench/torch-<version>-transformers-<version> (reused when its torch, transformers and
+# editable autopatch match); work files (junit xml, coverage json, status, logs): the same path with -run;
+# result: benchmarks/results/torch-<version>-transformers-<version>.json (benchmarks/torch_release.py writes it;
+# report.py shows it).
 # Everything runs at `nice -n ${NICE:-19}` with one thread, one process at a time (a 2-core machine).
 # pip's constraints (/etc/xdg/pip) decide which torch releases can be installed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH="${1:?usage: benchmarks/torch_release.sh TORCH_VERSION [TRANSFORMERS_VERSION]}"
 TRANSFORMERS="${2:-5.23.0}"
-VENV="/tmp/autopatch-bench/torch-$TORCH"
-WORK="/tmp/autopatch-bench/torch-$TORCH-run"
-OUT="benchmarks/results/torch-$TORCH.json"
+NAME="torch-$TORCH-transformers-$TRANSFORMERS"
+VENV="/tmp/autopatch-bench/$NAME"
+WORK="/tmp/autopatch-bench/$NAME-run"
+OUT="benchmarks/results/$NAME.json"
 PY="$VENV/bin/python"
-# The torch-family tests, the export scope (strict and non-strict, threads) and the example
-# (test_dynamic_cache.py runs `EXPORT_PATCHES=1 python examples/train_export.py` and the same decode step in-process).
-SUITE=(tests/test_torch_shapes.py tests/test_scope.py tests/test_dynamic_cache.py)
+# The torch-family tests (symbolic shapes, and the rows inside torch.onnx's exporter), the export scope (strict and
+# non-strict, threads) and the example (test_dynamic_cache.py runs `EXPORT_PATCHES=1 python examples/train_export.py`
+# and the same decode step in-process).
+SUITE=(tests/test_torch_shapes.py tests/test_onnx_names.py tests/test_onnx_translations.py tests/test_scope.py
+       tests/test_dynamic_cache.py)
 
 quiet() { OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n "${NICE:-19}" "$@"; }
 pip() { quiet "$PY" -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }

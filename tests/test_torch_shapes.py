@@ -1,4 +1,5 @@
-"""torch family, symbolic shapes (issue 4), on torch 2.13: broadcasting between independent dynamic dims,
+"""torch family, symbolic shapes (issue 4), on torch 2.13 and later (benchmarks/torch_release.sh runs this file on
+other releases; where a release fixed a bug upstream, the test says so with a ``requires`` mark): broadcasting between independent dynamic dims,
 backed_size_oblivious, stop_if_static, and forward(**kwargs) range constraints. Each patch: the failure without
 it, the export with it matching eager on sizes other than traced, and eager unchanged while it is installed."""
 
@@ -13,8 +14,9 @@ from torch.export import Dim
 
 import autopatch
 import zoo
-from autopatch import registry
+from autopatch import registry, versions
 from autopatch.agent import Agent
+from conftest import requires
 
 BROADCAST = ("torch.broadcast.infer_size", "torch.broadcast.fast_binary")
 REFS = tuple(s.id for s in registry.PATCHES if s.id.startswith("torch.broadcast_refs."))
@@ -24,6 +26,7 @@ STOP = ("torch.stop_if_static",)
 # The torch rows eager code can reach. The ONNX converter's rows (triggered by torch.onnx's exporter modules,
 # which a worker may not have imported) act only inside torch.onnx.export's conversion: tests/test_onnx_*.py.
 ALL_TORCH = tuple(s.id for s in registry.PATCHES if s.family == "torch" and not s.trigger.startswith("torch.onnx."))
+SPECS = {s.id: s for s in registry.PATCHES}
 STRICT = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 
 
@@ -281,9 +284,33 @@ ORDERS = [["input_ids", "attention_mask", "past", "cache"], ["cache", "attention
 
 
 @STRICT
+@requires("torch<2.14")
 def test_varkw_fails_without_patch(agent, strict):
     with pytest.raises(AssertionError, match="Must provide a tree_name"):
         _varkw_export(strict, ORDERS[0])
+
+
+@STRICT
+@requires("torch>=2.14")
+def test_varkw_range_constraints_exports_without_patch_from_2_14(agent, strict):
+    """2.14 builds the traced order itself (_combine_args_for_tracing): the range row is not needed there, and
+    its requirement says so instead of the fingerprint reporting drift."""
+    with patches(*VARKW) as own:
+        assert own.records[VARKW[0]].state == "skipped", own.records[VARKW[0]].detail
+        assert "torch>=2.13,<2.14" in own.records[VARKW[0]].detail
+    with patches():
+        program = _varkw_export(strict, ORDERS[1])
+    assert sorted((int(v.lower), int(v.upper)) for v in program.range_constraints.values()) == \
+        [(1, 8), (2, 64), (3, 128), (4, 100)]
+
+
+def test_varkw_non_strict_program_fails_to_run_without_guards_patch(agent):
+    """Once the export passes (with the range row before 2.14, by itself after), the non-strict program's guards
+    still name L['kwargs']['past'] while its inputs are flat."""
+    with patches(*VARKW[:1]):
+        program = _varkw_export(False, ORDERS[0])
+    with pytest.raises(NameError, match="name 'L' is not defined"):
+        program.module()(**_varkw_inputs(3, 40, 110, 5, 60, seed=1))
 
 
 @STRICT
@@ -291,7 +318,8 @@ def test_varkw_fails_without_patch(agent, strict):
 def test_varkw_with_patch(agent, strict, order):
     with patches(*VARKW) as own:
         program = _varkw_export(strict, order)
-        assert own.records["torch.export.range_constraints_varkw"].hits == 1
+        applies = not versions.unmet(SPECS[VARKW[0]].requires)
+        assert own.records[VARKW[0]].hits == (1 if applies else 0)
         ranges = {str(k): (int(v.lower), int(v.upper)) for k, v in program.range_constraints.items()}
         assert sorted(ranges.values()) == sorted([(1, 8), (2, 64), (3, 128), (4, 100)]), ranges
         other = _varkw_inputs(3, 40, 110, 5, 60, seed=1)
@@ -383,9 +411,10 @@ def test_eager_results_unchanged_with_all_torch_patches(agent):
     for spec in registry.PATCHES:  # every row installed, whatever this worker's earlier tests imported
         if spec.id in ALL_TORCH:
             importlib.import_module(spec.trigger)
+    here = [i for i in ALL_TORCH if not versions.unmet(SPECS[i].requires)]
     with patches(*ALL_TORCH) as own:
-        assert all(own.records[i].state in ("applied", "applied-late") for i in ALL_TORCH), \
-            {i: own.records[i].state for i in ALL_TORCH}
+        assert all(own.records[i].state in ("applied", "applied-late") for i in here), \
+            {i: (own.records[i].state, own.records[i].detail) for i in ALL_TORCH}
         got = run()
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
@@ -444,14 +473,19 @@ def _gqa_decode(ids, strict, runs=()):
         return own.records[MIN_MAX[0]].hits if MIN_MAX[0] in own.records else 0
 
 
+@requires("torch>=2.13,<2.14")
 def test_gqa_decode_with_named_dims_fails_without_min_max_patch(agent):
     # Non-strict only: under strict=True dynamo's own tracing of the same reshape records no such guard.
+    # 2.9 and 2.14 decide this Min by themselves; the row is still needed there for the broadcast steps below.
     others = [s.id for s in registry.PATCHES if s.default and s.family == "pytree"] + list(BROADCAST + VARKW)
     with pytest.raises(Exception, match=r"Not all values of past .* satisfy the generated guard min\("):
         _gqa_decode(others, strict=False)
 
 
-@STRICT
+# torch 2.9's dynamo fails building its shape guards for this strict program (IndexError in SHAPE_ENV), with or
+# without any row of ours: an upstream bug, fixed by 2.13.
+@pytest.mark.parametrize("strict", [False, pytest.param(True, marks=requires("torch>=2.13"))],
+                         ids=["non-strict", "strict"])
 def test_gqa_decode_with_named_dims_and_min_max_patch(agent, strict):
     defaults = [s.id for s in registry.PATCHES if s.default and s.family in ("pytree", "torch")]
     assert set(MIN_MAX) <= set(defaults)
@@ -494,7 +528,7 @@ def test_one_token_step_after_broadcast_refused_without_min_max_patch(agent):
     """The broadcast rows keep the dims of ``position_ids`` apart from the tokens' (``Max(b1, b2)``,
     ``Max(s1, s2)``); the reshape back then asks ``Max(b1, b2) * Max(s1, s2) != Max(b1, b2)``, which torch
     cannot decide over Max terms: a run-time check that refuses every one-token step."""
-    with pytest.raises(Exception, match=r"Guard failed: .*max\(.*\) \* max\(.*\) != max\("):
+    with pytest.raises(Exception, match=r"Guard failed: .*max\(.*\) \* (torch\.sym_)?max\(.*\) != (torch\.sym_)?max\("):
         _embed_and_project(BROADCAST)
 
 

@@ -393,7 +393,10 @@ def _user_frame():
 
 def _source(shape_env, symbol):
     sources = shape_env.var_to_sources.get(symbol)
-    return sources[0].name if sources else None
+    if not sources:
+        return None
+    name = sources[0].name
+    return name() if callable(name) else name  # a method before torch 2.13, a property since
 
 
 @calls_original
