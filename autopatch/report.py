@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from . import __version__, _bootstrap, doors, versions
+from . import __version__, _bootstrap, doors, measured, versions
 
 
 def build(agent) -> dict:
@@ -22,5 +22,10 @@ def build(agent) -> dict:
         "doors_used": list(_bootstrap.doors),
         "interpreter_flags": doors.interpreter_flags(),
         "doors": doors.describe(),
+        # benchmarks/needed.py's measurement of the installed torch + transformers pair, if one was made.
+        "measured_needs": {k: v for k, v in measured.here().items() if k in ("torch", "transformers", "commit")},
     }
-    return {"header": header, "patches": [record.as_dict() for record in agent.records.values()]}
+    patches = [record.as_dict() for record in agent.records.values()]
+    for patch in patches:
+        patch["measured"] = measured.note(patch["id"]) if patch["default"] else ""
+    return {"header": header, "patches": patches}

@@ -107,7 +107,14 @@ def _counts(patches: list, out) -> list[str]:
 
 
 def _note(patch: dict) -> str:
-    """The last cell: what happened to the patch when something did, else why it exists."""
+    """The last cell: what happened to the patch when something did, else why it exists; first, where measured,
+    that this release does not need it."""
+    upstream = patch.get("measured", "")
+    note = _what_happened(patch)
+    return f"{upstream}; {note}" if upstream else note
+
+
+def _what_happened(patch: dict) -> str:
     detail = patch["detail"].strip().splitlines()[-1] if patch["detail"].strip() else ""
     if patch["hits"]:
         hits = f"{patch['hits']} hit" + ("s" if patch["hits"] > 1 else "")

@@ -460,22 +460,88 @@ def chart(coverage: list, path: Path) -> str:
     return f"wrote {path}"
 
 
+def _release_key(data: dict) -> tuple:
+    meta = data["meta"]
+    return tuple(tuple(int(p) if p.isdigit() else 0 for p in meta[k].split("+")[0].split("."))
+                 for k in ("torch", "transformers"))
+
+
 def torch_releases_section(results: list) -> list:
-    """One row per benchmarks/torch_release.sh results file (torch-<version>.json): the focused suite and the
-    catalogue's none and autopatch columns on that torch release."""
+    """One row per benchmarks/torch_release.sh results file (torch-<v>-transformers-<v>.json): the focused suite
+    and the catalogue's none and autopatch columns on that torch release."""
     lines = ["### torch releases", "",
-             "The torch-family patches reach into torch internals, so `bash benchmarks/torch_release.sh VERSION` "
-             "runs the focused suite (torch-family, scope and example tests) and the catalogue's no-patches and "
-             "autopatch columns with another torch release in a throwaway venv.", "",
-             "| torch | transformers | suite subset passed | catalogue: no patches ok | autopatch ok | measured |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for data in results:
+             "The torch-family patches reach into torch internals, so `bash benchmarks/torch_release.sh TORCH "
+             "[TRANSFORMERS]` runs the focused suite (torch-family tests, the rows inside torch.onnx's exporter, "
+             "the scope and the example) and the catalogue's no-patches and autopatch columns with another torch "
+             "release in a throwaway venv. Tests a release makes moot (a bug fixed upstream, a row that does not "
+             "apply there) are deselected by their `requires` mark and counted apart; the failures are listed under "
+             "the table.", "",
+             "| torch | transformers | suite subset passed | deselected there | catalogue: no patches ok | "
+             "autopatch ok | measured |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    failures = []
+    for data in sorted(results, key=_release_key):
         meta, suite, cat = data["meta"], data["suite"], data["catalogue"]
         total = suite["passed"] + suite["failed"] + suite["errors"] + suite["skipped"]
         lines.append(f"| {meta['torch']} | {meta['transformers']} | {suite['passed']} / {total} | "
-                     f"{cat['none_ok']} / {cat['cases']} | **{cat['autopatch_ok']} / {cat['cases']}** | "
-                     f"{meta.get('date', '?')[:10]}, {measured_at(meta)} |")
+                     f"{suite.get('deselected', '?')} | {cat['none_ok']} / {cat['cases']} | "
+                     f"**{cat['autopatch_ok']} / {cat['cases']}** | {meta.get('date', '?')[:10]}, {measured_at(meta)} |")
+        where = f"torch {meta['torch']}, transformers {meta['transformers']}"
+        failures += [f"- {where}, suite: `{f['test']}`: {f['error']}" for f in suite["failures"]]
+        failures += [f"- {where}, catalogue `{f['case']}` ({f['status']}): {f['error']}"
+                     for f in cat["autopatch_failures"]]
+    if failures:
+        lines += ["", "<details><summary>Failures with autopatch on these releases</summary>", "", *failures, "",
+                  "</details>"]
     return lines + [""]
+
+
+def needed_section(results: list) -> list:
+    """benchmarks/needed.py per release: which default patches some catalogue case still needs there."""
+    lines = ["### Patches a release no longer needs", "",
+             "`python benchmarks/needed.py --coverage <that release's coverage run>` (torch_release.sh runs it): a "
+             "default patch is *needed* on a release when a catalogue case that passes with `EXPORT_PATCHES=1` and "
+             "used it fails with `EXPORT_PATCHES=all,-<patch>`; *not needed* when every such case still passes; "
+             "*not exercised* when no case used it. `autopatch status` shows `not needed on ...` for the installed "
+             "pair (from `autopatch/measured_needs.json`, which this page's generator writes).", "",
+             "| torch | transformers | needed | not needed | not exercised | measured |", "| --- | --- | --- | --- | --- | --- |"]
+    for data in sorted(results, key=_release_key):
+        meta, counts = data["meta"], {}
+        for result in data["patches"].values():
+            counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
+        lines.append(f"| {meta['torch']} | {meta['transformers']} | {counts.get('needed', 0)} | "
+                     f"{counts.get('not_needed', 0)} | {counts.get('not_exercised', 0)} | "
+                     f"{meta.get('date', '?')[:10]}, {measured_at(meta)} |")
+    for data in sorted(results, key=_release_key):
+        meta = data["meta"]
+        idle = [f"`{i}` ({len(r['cases'])} cases)" for i, r in data["patches"].items() if r["verdict"] == "not_needed"]
+        if idle:
+            lines += ["", f"Not needed on torch {meta['torch']}, transformers {meta['transformers']}: "
+                      + ", ".join(idle) + "."]
+    everywhere = set.intersection(*[{i for i, r in d["patches"].items() if r["verdict"] != "needed"}
+                                    for d in results]) if results else set()
+    if everywhere:
+        lines += ["", "Needed on none of the measured releases (candidates to retire, or to give a catalogue case "
+                  "that shows them): " + ", ".join(f"`{i}`" for i in sorted(everywhere)) + "."]
+    return lines + [""]
+
+
+def write_measured_needs(results: list, path: Path) -> str:
+    """The package's copy of the needed.py verdicts, one entry per release pair, for `autopatch status`."""
+    releases = []
+    for data in sorted(results, key=_release_key):
+        meta = data["meta"]
+        entry = {"torch": meta["torch"].split("+")[0], "transformers": meta["transformers"].split("+")[0],
+                 "commit": meta.get("commit"), "date": meta.get("date")}
+        for verdict in ("needed", "not_needed", "not_exercised"):
+            entry[verdict] = sorted(i for i, r in data["patches"].items() if r["verdict"] == verdict)
+        releases.append(entry)
+    text = json.dumps({"about": "written by benchmarks/report.py from benchmarks/results/needed-*.json "
+                                "(benchmarks/needed.py); read by autopatch status", "releases": releases}, indent=1)
+    if not path.exists() or path.read_text() != text + "\n":
+        path.write_text(text + "\n")
+        return f"wrote {path}"
+    return f"{path} unchanged"
 
 
 def main(argv=None) -> None:
@@ -562,6 +628,10 @@ def main(argv=None) -> None:
     torch_releases = _load("torch-*.json")
     if torch_releases:
         lines += torch_releases_section(torch_releases)
+    needed = _load("needed-*.json")
+    if needed:
+        lines += needed_section(needed)
+        print(write_measured_needs(needed, REPO / "autopatch" / "measured_needs.json"))
     if sweeps:
         lines += sweep_section(sweeps)
     else:

@@ -1,7 +1,7 @@
 """benchmarks/torch_release.sh's results file: the focused suite's junit xml, the catalogue's coverage summary and
 the torch rows' states (`autopatch status --probe --json`) on one torch release, merged into one JSON.
 
-    python benchmarks/torch_release.py --out benchmarks/results/torch-2.14.1.json --junit suite.xml \\
+    python benchmarks/torch_release.py --out benchmarks/results/torch-2.14.1-transformers-5.23.0.json --junit suite.xml \\
         --coverage coverage.json --status status.json --provenance provenance.json --files tests/... \\
         --seconds 1234 --command "bash benchmarks/torch_release.sh 2.14.1 5.23.0"
 
@@ -44,6 +44,18 @@ def suite_summary(junit: Path, files: list) -> dict:
     return summary
 
 
+def deselected(log: Path):
+    """How many tests the summary line of a pytest log says were deselected (the version-gated ones), or None."""
+    import re
+
+    try:
+        lines = [line for line in log.read_text().splitlines() if " in " in line and "passed" in line]
+    except OSError:
+        return None
+    match = re.search(r"(\d+) deselected", lines[-1]) if lines else None
+    return int(match.group(1)) if match else (0 if lines else None)
+
+
 def catalogue_summary(coverage: Path) -> dict:
     """The none and autopatch columns of a benchmarks/coverage.py results file."""
     if not coverage.exists():
@@ -79,6 +91,7 @@ def main(argv=None) -> None:
     parser.add_argument("--status", required=True)
     parser.add_argument("--provenance", required=True)
     parser.add_argument("--files", nargs="*", default=[])
+    parser.add_argument("--log", help="the suite's pytest output (its summary line counts the deselected tests)")
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--command", required=True)
     args = parser.parse_args(argv)
@@ -89,7 +102,8 @@ def main(argv=None) -> None:
                  "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                  "commit": code.get("commit"), "dirty": code.get("dirty"), "command": args.command,
                  "seconds": args.seconds},
-        "suite": suite_summary(Path(args.junit), args.files),
+        "suite": {**suite_summary(Path(args.junit), args.files),
+                  "deselected": deselected(Path(args.log)) if args.log else None},
         "catalogue": catalogue_summary(Path(args.coverage)),
         "torch_rows": torch_rows(Path(args.status)),
     }

@@ -5,7 +5,7 @@
 # venv: /tmp/autopatch-bench/torch-<version>-transformers-<version> (reused when its torch, transformers and
 # editable autopatch match); work files (junit xml, coverage json, status, logs): the same path with -run;
 # result: benchmarks/results/torch-<version>-transformers-<version>.json (benchmarks/torch_release.py writes it;
-# report.py shows it).
+# report.py shows it) and needed-torch-<version>-transformers-<version>.json (benchmarks/needed.py).
 # Everything runs at `nice -n ${NICE:-19}` with one thread, one process at a time (a 2-core machine).
 # pip's constraints (/etc/xdg/pip) decide which torch releases can be installed here.
 set -euo pipefail
@@ -57,11 +57,16 @@ quiet "$PY" benchmarks/coverage.py --columns none autopatch --workers 1 --no-doc
   > "$WORK/coverage.log" 2>&1 || true
 tail -n 3 "$WORK/coverage.log"
 
+echo "=== needed: which default patches some catalogue case still needs on this release"
+quiet "$PY" benchmarks/needed.py --coverage "$WORK/coverage.json" --python "$PY" --workers "${NEEDED_WORKERS:-1}" \
+  > "$WORK/needed.log" 2>&1 || true
+tail -n 1 "$WORK/needed.log"
+
 # Which torch rows apply, drift (fingerprint changed) or skip on this release.
 TORCH_ROWS='torch,torch.broadcast_refs.*,torch.backed_size_oblivious,torch.stop_if_static'  # opt-in rows included
 quiet "$VENV/bin/autopatch" status --probe --patches "$TORCH_ROWS" --json > "$WORK/status.json" 2> "$WORK/status.log" \
   || true
 
 quiet "$PY" benchmarks/torch_release.py --out "$OUT" --junit "$WORK/suite.xml" --coverage "$WORK/coverage.json" \
-  --status "$WORK/status.json" --provenance "$WORK/provenance.json" --files "${SUITE[@]}" \
+  --status "$WORK/status.json" --provenance "$WORK/provenance.json" --files "${SUITE[@]}" --log "$WORK/suite.log" \
   --seconds "$(( $(date +%s) - started ))" --command "bash benchmarks/torch_release.sh $TORCH $TRANSFORMERS"
