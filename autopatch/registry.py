@@ -511,6 +511,21 @@ PATCHES = (
         "it detached (same storage) instead. Runs in ep.module(), after the export, so it is always on; it changes only "
         "programs that would raise.",
     ),
+    PatchSpec(
+        id="torch.fake_tensor_cache_bypass",
+        family="torch",
+        trigger="torch._subclasses.fake_tensor",
+        target="FakeTensorMode._cached_dispatch_impl",
+        mode="route",
+        replacement="autopatch.patches.torch_shapes:dispatch_without_cache",
+        # Measured failing on torch 2.9.1 (with transformers 4.57.6) and passing on 2.13.0.
+        requires=(("torch", ">=2.9,<2.13"),),
+        fingerprints=("9dfbaaee428a",),
+        reason="torch 2.9's FakeTensor dispatch cache rebuilds a cached output with set_(..., stride) whose "
+        "symbolic strides (8*s72) the export tracer never saw: 'is not tracked with proxy', in every transformers "
+        "4.x attention mask (padding_mask[batch_idx, kv_idx]). Dispatches without the cache while the thread "
+        "exports, as torch does when the cache is off; 2.13 no longer needs it.",
+    ),
     # --- end of torch family ---
     # --- transformers family: RoPE and state-space scans (issue 5) ---
     PatchSpec(

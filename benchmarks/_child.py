@@ -322,6 +322,11 @@ def _patches_used(path: str) -> dict:
 
 
 def _one(argv) -> None:
+    if argv[0] == "--select":  # benchmarks/needed.py: this case with another selection than the server's
+        import autopatch
+
+        autopatch.enable(argv[1])
+        argv = argv[2:]
     if argv[0] == "--arch":
         import sweep_arch
 

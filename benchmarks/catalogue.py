@@ -455,6 +455,16 @@ def _broadcast_add():
             {"x": _randn(3, 4, seed=3), "y": _randn(4, 5, seed=4)}, {"x": _randn(1, 3, seed=5), "y": _randn(4, 3, seed=6)})
 
 
+def _broadcast_chain():
+    def chain(self, x, y):
+        z = x + y
+        return z * x, z - y
+
+    # a broadcast result against one of its own inputs: torch's infer_size compares Max(a, b) with a
+    return (_torch_module(chain), {"x": _randn(2, 3, seed=1), "y": _randn(2, 3, seed=2)},
+            {"x": _randn(3, 4, seed=3), "y": _randn(4, 5, seed=4)}, {"x": _randn(1, 3, seed=5), "y": _randn(4, 3, seed=6)})
+
+
 def _broadcast_where():
     import torch
 
@@ -532,6 +542,8 @@ def _torch_cases():
     return [
         Case("torch_broadcast_add/forward", "torch", "forward", _broadcast_add,
              note="x + y with independent dims, traced at equal sizes, run at (1,3)+(4,3)"),
+        Case("torch_broadcast_chain/forward", "torch", "forward", _broadcast_chain,
+             note="(x + y) * x: a broadcast result against one of its inputs, run at (1,3) and (4,3)"),
         Case("torch_broadcast_where/forward", "torch", "forward", _broadcast_where,
              note="torch.where / maximum (refs path), run at (4,1) vs (4,5)"),
         Case("torch_broadcast_rows/forward", "torch", "forward", _broadcast_rows,

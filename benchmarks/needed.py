@@ -9,8 +9,8 @@ the first such case is recorded with its status and error. A patch every one of 
 it is *not needed* here: a row upstream has made unnecessary, to retire once no supported release needs it. A
 default patch no case used is *not exercised*: the catalogue says nothing about it.
 
-Each patch runs in a server of its own (benchmarks/_child.py, the coverage harness), one forked child per case,
-cheapest cases first; two patches at once on a 2-core machine. The coverage file must come from this
+Every case runs in a child forked from the coverage harness's autopatch-column server (benchmarks/_child.py,
+started with EXPORT_PATCHES=1), which selects ``all,-<id>`` before it runs; a patch's cases run cheapest first. The coverage file must come from this
 interpreter's versions (torch_release.sh passes the one it just measured). Results:
 benchmarks/results/needed-torch-<version>-transformers-<version>.json; benchmarks/report.py folds every such file
 into the package's ``autopatch/measured_needs.json``, which ``autopatch status`` reads.
@@ -62,23 +62,19 @@ def cases_using(coverage_data: dict) -> dict:
     return {patch_id: [name for _, name in sorted(pairs)] for patch_id, pairs in using.items()}
 
 
-def measure_one(python: str, patch_id: str, cases: list, timeout: float, workdir: Path) -> dict:
-    """Runs ``cases`` with every default but ``patch_id`` until one fails."""
+def measure_one(servers, python: str, patch_id: str, cases: list) -> dict:
+    """Runs ``cases`` with every default but ``patch_id`` until one fails. Each case is forked from a server
+    started with EXPORT_PATCHES=1 (the autopatch column's), and the child selects ``all,-<id>`` before it runs:
+    the row is undone as ``autopatch.enable`` undoes any row, and no interpreter start is paid per patch."""
     if not cases:
         return {"verdict": NOT_EXERCISED, "cases": []}
-    env, _ = coverage.column_env("autopatch", workdir, f"without-{patch_id}")
-    env["EXPORT_PATCHES"] = f"all,-{patch_id}"
-    server = coverage.Server(python, "autopatch", env, timeout, workdir)
     tried = []
-    try:
-        for name in cases:
-            result = server.run([name, "autopatch"])
-            tried.append(name)
-            if result["status"] != "ok":
-                return {"verdict": NEEDED, "case": name, "status": result["status"],
-                        "error": coverage_first_line(result.get("error")), "cases": tried}
-    finally:
-        server.close()
+    for name in cases:
+        result = servers.run(python, "autopatch", ["--select", f"all,-{patch_id}", name, "autopatch"])
+        tried.append(name)
+        if result["status"] != "ok":
+            return {"verdict": NEEDED, "case": name, "status": result["status"],
+                    "error": coverage_first_line(result.get("error")), "cases": tried}
     return {"verdict": NOT_NEEDED, "cases": tried}
 
 
@@ -104,8 +100,9 @@ def run(args) -> dict:
     print(f"needed: {len(ids)} default patches, {sum(1 for i in ids if using.get(i))} used by a passing case, "
           f"torch {here['torch']}, transformers {here['transformers']}", flush=True)
     patches = {}
+    servers = coverage.Servers(args.timeout, workdir)  # one autopatch-column server per worker thread
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.workers) as pool:
-        jobs = {pool.submit(measure_one, args.python, i, using.get(i, []), args.timeout, workdir): i for i in ids}
+        jobs = {pool.submit(measure_one, servers, args.python, i, using.get(i, [])): i for i in ids}
         for done, job in enumerate(concurrent.futures.as_completed(jobs), 1):
             patch_id = jobs[job]
             patches[patch_id] = job.result()
@@ -113,6 +110,7 @@ def run(args) -> dict:
             why = f"{result['case']}: {result['status']}" if result["verdict"] == NEEDED else \
                 f"{len(result['cases'])} cases pass without it" if result["cases"] else ""
             print(f"[{done}/{len(ids)}] {patch_id:<58} {result['verdict']:<13} {why[:90]}", flush=True)
+    servers.close()
     return {
         "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **code,
                  "torch": versions["torch"], "transformers": versions["transformers"],
@@ -123,6 +121,18 @@ def run(args) -> dict:
     }
 
 
+def merge(old: dict, new: dict) -> dict:
+    """``new``'s verdicts over ``old``'s; each verdict keeps the commit that measured it (meta.patch_code)."""
+    stamp = {k: new["meta"].get(k) for k in ("commit", "dirty", "date")}
+    legacy = {k: old["meta"].get(k) for k in ("commit", "dirty", "date")}
+    code = {i: old["meta"].get("patch_code", {}).get(i, legacy) for i in old["patches"]}
+    code.update({i: stamp for i in new["patches"]})
+    patches = {**old["patches"], **new["patches"]}
+    new["meta"]["patch_code"] = {i: code[i] for i in patches}
+    new["patches"] = patches
+    return new
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--coverage", required=True, help="a coverage.py results file with the autopatch column")
@@ -131,10 +141,14 @@ def main(argv=None) -> None:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per case")
     parser.add_argument("--python", default=sys.executable, help="interpreter of the release measured")
     parser.add_argument("--out", help="default: benchmarks/results/needed-torch-<v>-transformers-<v>.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the results file's verdicts of the patches this run does not measure (--only)")
     args = parser.parse_args(argv)
     data = run(args)
     torch, transformers = (base_version(data["meta"][k]) for k in ("torch", "transformers"))
     out = Path(args.out) if args.out else coverage.RESULTS / f"needed-torch-{torch}-transformers-{transformers}.json"
+    if args.merge and out.exists():
+        data = merge(json.loads(out.read_text()), data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
     counts = {}

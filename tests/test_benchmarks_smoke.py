@@ -6,6 +6,7 @@ of the output's structure, and the commit every results file records.  Structure
 asserted."""
 
 import copy
+import io
 import json
 import re
 import subprocess
@@ -503,3 +504,57 @@ def test_torch_release_results_render_with_their_commit():
         assert 0 < catalogue["autopatch_ok"] <= catalogue["cases"]
         assert f"| {data['meta']['torch']} | {data['meta']['transformers']} |" in text
         assert report.measured_at(data["meta"]) in text
+
+
+def test_needed_tells_a_patch_a_case_needs_from_one_no_case_uses(tmp_path):
+    """benchmarks/needed.py on a two-case coverage run: fast_binary and infer_size are each needed by the chained
+    broadcast (every default but that one fails there), parameter_buffers is used by neither case."""
+    cov, out = tmp_path / "coverage.json", tmp_path / "needed.json"
+    subprocess.run([sys.executable, str(BENCH / "coverage.py"), "--cases", "torch_broadcast_add/forward",
+                    "torch_broadcast_chain/forward", "--columns", "autopatch", "--workers", "1", "--timeout", "120",
+                    "--no-docs", "--out", str(cov)], check=True, capture_output=True, text=True, timeout=240)
+    subprocess.run([sys.executable, str(BENCH / "needed.py"), "--coverage", str(cov), "--workers", "1", "--only",
+                    "torch.broadcast.*", "torch.export.parameter_buffers", "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=400)
+    data = json.loads(out.read_text())
+    _check_measured_at(data["meta"])
+    patches = data["patches"]
+    assert set(patches) == {"torch.broadcast.fast_binary", "torch.broadcast.infer_size",
+                            "torch.export.parameter_buffers"}  # the opt-in torch.broadcast_refs.* are not defaults
+    for patch_id in ("torch.broadcast.fast_binary", "torch.broadcast.infer_size"):
+        assert patches[patch_id]["verdict"] == "needed", patches[patch_id]
+        assert patches[patch_id]["status"] in ("run_error", "export_error"), patches[patch_id]
+    assert patches["torch.broadcast.infer_size"]["case"] == "torch_broadcast_chain/forward"
+    assert patches["torch.export.parameter_buffers"] == {"verdict": "not_exercised", "cases": []}
+
+
+def test_measured_needs_reach_status_for_the_installed_pair(tmp_path, monkeypatch):
+    """report.py folds needed-*.json into the package's file; status notes 'not needed on ...' only for the pair
+    installed, and only on the patches measured so."""
+    import report
+
+    from autopatch import measured, versions
+
+    torch, transformers = (versions.installed(d).split("+")[0] for d in ("torch", "transformers"))
+    results = [{"meta": {"torch": torch, "transformers": transformers, "commit": "a" * 40, "date": "2026-11-26"},
+                "patches": {"torch.broadcast.infer_size": {"verdict": "not_needed", "cases": ["x"]},
+                            "torch.broadcast.fast_binary": {"verdict": "needed", "case": "x", "status": "run_error",
+                                                            "error": "e", "cases": ["x"]}}},
+               {"meta": {"torch": "2.0.0", "transformers": "4.0.0", "commit": "b" * 40, "date": "2026-11-26"},
+                "patches": {"torch.broadcast.fast_binary": {"verdict": "not_needed", "cases": ["x"]}}}]
+    path = tmp_path / "measured_needs.json"
+    report.write_measured_needs(results, path)
+    monkeypatch.setattr(measured, "_FILE", str(path))  # an absolute path: Path(package) / it is it
+    monkeypatch.setattr(measured, "_loaded", [])
+    assert measured.note("torch.broadcast.infer_size") == f"not needed on torch {torch}, transformers {transformers}"
+    assert measured.note("torch.broadcast.fast_binary") == ""  # needed here; not needed only on another pair
+    text = "\n".join(report.needed_section(results))
+    assert "Not needed on torch 2.0.0, transformers 4.0.0: `torch.broadcast.fast_binary` (1 cases)." in text
+    import autopatch
+    from autopatch import status_text
+    from autopatch.terminal import Output
+
+    data = autopatch.status()
+    row = next(p for p in data["patches"] if p["id"] == "torch.broadcast.infer_size")
+    assert row["measured"].startswith("not needed on torch")
+    assert "not needed on torch" in status_text.render(data, Output(io.StringIO(), wide=True), show_all=True)

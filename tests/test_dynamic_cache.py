@@ -19,7 +19,9 @@ DYN = torch.export.Dim.DYNAMIC
 
 @pytest.fixture
 def patched(make_agent):
-    return make_agent(registry.PATCHES, "pytree")
+    # The registrations, and on torch < 2.13 the one torch row every transformers 4.x mask needs there
+    # (tests/test_older_torch.py proves it); elsewhere that row does not install.
+    return make_agent(registry.PATCHES, "pytree,torch.fake_tensor_cache_bypass")
 
 
 def _decode_shapes(n_layers):
@@ -78,7 +80,10 @@ def test_decode_step_needs_the_patch():
         torch.export.export(model, (), kwargs=inputs, dynamic_shapes=_decode_shapes(config.num_hidden_layers))
 
 
-@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+# strict=True on torch 2.9: dynamo stops in transformers' own code with or without any row (4.57: `.item()` under
+# the mask's vmap; 5.23: a graph break at its output-capturing global), fixed upstream by 2.13.
+@pytest.mark.parametrize("strict", [False, pytest.param(True, marks=requires("torch>=2.13"))],
+                         ids=["non-strict", "strict"])
 def test_decode_step_exports_and_matches_eager_on_other_sizes(patched, strict):
     model, config = train_export.tiny_llama()
     traced = train_export.decode_inputs(config, 2, 3, 5)

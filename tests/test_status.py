@@ -150,7 +150,7 @@ def test_status_json_golden():
     data = json.loads(out.stdout)
     assert set(data["header"]) == {
         "autopatch", "python", "torch", "transformers", "wrapt", "EXPORT_PATCHES", "active", "selected", "problems",
-        "doors_used", "interpreter_flags", "doors", "view"}
+        "doors_used", "interpreter_flags", "doors", "view", "measured_needs"}
     assert data["header"]["EXPORT_PATCHES"] == "all,-pytree"
     assert data["header"]["selected"] == [s.id for s in registry.PATCHES if s.default and s.family != "pytree"]
     assert data["header"]["doors_used"] == ["pth"] and data["header"]["view"] == "this process"

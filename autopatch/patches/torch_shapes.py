@@ -429,6 +429,18 @@ def set_replacement(original, self, a, tgt, msg):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# FakeTensor dispatch cache (torch < 2.13)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def dispatch_without_cache(self, func, types, args, kwargs):
+    """FakeTensorMode._cached_dispatch_impl (same signature): what FakeTensorMode.dispatch runs when its cache is
+    disabled. On torch 2.9 a cache hit rebuilds the output tensor with ``set_`` and symbolic strides that the
+    export's proxy tracer never tracked, and the trace stops ("8*s72 ... is not tracked with proxy")."""
+    return self._dispatch_impl(func, types, args, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # **kwargs in forward
 # ---------------------------------------------------------------------------------------------------------------
 
