@@ -2,8 +2,8 @@
 by ``benchmarks/report.py`` from ``benchmarks/results/needed-*.json`` (``benchmarks/needed.py``).
 
 A patch is *not needed* on a torch + transformers pair when every catalogue case that used it still passes with
-every default but that one. ``autopatch status`` says so for the installed pair, so that a user (and we) can see
-which rows upstream made unnecessary. Read on the first question only: never at interpreter start-up.
+every default but that one. ``autopatch status`` says so for the installed pair ("no catalogue case needs it on
+..."), so that a user (and we) can see which rows upstream may have made unnecessary. Read on the first question only: never at interpreter start-up.
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ def here() -> dict:
 
 
 def note(patch_id: str) -> str:
-    """'not needed on torch 2.14.1, transformers 5.23.0' where that was measured for the installed pair, else ''."""
+    """'no catalogue case needs it on torch 2.14.1, transformers 5.23.0' where that was measured for the installed
+    pair, else ''. Said of the catalogue's cases, not of every model: a row proven by its own tests in a regime
+    the catalogue lacks reads so too, and is for us to check before we retire it."""
     release = here()
     if patch_id in release.get("not_needed", ()):
-        return f"not needed on torch {release['torch']}, transformers {release['transformers']}"
+        return f"no catalogue case needs it on torch {release['torch']}, transformers {release['transformers']}"
     return ""

@@ -133,7 +133,7 @@ PACKED_VISION_MODELS = (
 PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392"}
 
 #: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
-PACKED_VISION_REQUIRES = (("transformers", ">=5.13"), ("torch", ">=2.6"))
+PACKED_VISION_REQUIRES = (("transformers", ">=5.13"), ("torch", ">=2.9"))
 
 #: The same models in 4.57's sources (the ``*_4x`` rows): each module has its own copies, mostly of one source.
 #: Columns: model, vision tower class, vision attention class, model class, and the fingerprints of the tower's
@@ -146,7 +146,7 @@ PACKED_VISION_MODELS_4X = (
     ("qwen3_vl", "Qwen3VLVisionModel", "Qwen3VLVisionAttention", "Qwen3VLModel",
      ("bde0eb1ec127", "e272c1758c19", "9e199b02c42f", "b6431acf2fe5", "fba6bcaef532")),
 )
-PACKED_VISION_REQUIRES_4X = (("transformers", ">=4.56,<5"), ("torch", ">=2.6"))
+PACKED_VISION_REQUIRES_4X = (("transformers", ">=4.56,<5"), ("torch", ">=2.9"))
 
 #: transformers 4.48-4.55 cache rows: (short name, class in cache_utils, what fails without the row).
 LEGACY_CACHES = (
@@ -167,7 +167,7 @@ PATCHES = (
         target="DynamicCache",
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_dynamic_cache",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
         reason="DynamicCache (and every subclass: cache_utils' own, a model's such as MiniMaxCache, a user's, "
         "also those defined later) is not a pytree node, so torch.export rejects it "
         "as an input or output. Flattened as {'key_cache': [...], 'value_cache': [...]} (plus linear-attention "
@@ -180,7 +180,7 @@ PATCHES = (
         target="StaticCache",
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_static_cache",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
         reason="StaticCache and its subclasses (on 4.56-4.57 SlidingWindowCache, HybridCache, HybridChunkedCache) as an export "
         "input or output; the layers' position counters are tensors and travel as leaves.",
     ),
@@ -191,7 +191,7 @@ PATCHES = (
         target="EncoderDecoderCache",
         mode="install",
         replacement="autopatch.patches.pytree_caches:register_encoder_decoder_cache",
-        requires=(("transformers", ">=4.48"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.48"), ("torch", ">=2.9")),
         reason="Encoder-decoder models (bart, t5, whisper...) take and return an EncoderDecoderCache; it flattens "
         "to [self_attention_cache, cross_attention_cache].",
     ),
@@ -202,7 +202,7 @@ PATCHES = (
         target="ModelOutput",
         mode="install",
         replacement="autopatch.patches.pytree_model_outputs:install_model_output_keys",
-        requires=(("transformers", ">=4.48,<5"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.48,<5"), ("torch", ">=2.9")),
         reason="4.x registers model outputs as pytree nodes without key paths, so a seq2seq decode step given "
         "encoder_outputs=BaseModelOutput(...) (as optimum and Whisper runtimes feed it) stops with 'Did not find a "
         "flatten_with_keys_fn'. Adds the field names as keys to transformers' own registration (kept).",
@@ -214,7 +214,7 @@ PATCHES = (
         target="HfExporter._export_component",
         mode="install",
         replacement="autopatch.patches.transformers_exporters:install_flat_graph_layout",
-        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.9")),
         reason="transformers' ONNX, OpenVINO and ExecuTorch exporters name graph inputs and outputs by their own "
         "walk of a cache (layers.0.keys, layers.0.values, layers.1.keys...) and pass the names by position: inside "
         "them a cache flattens in that order under those paths, else keys and values would be wired to each "
@@ -227,7 +227,7 @@ PATCHES = (
         target="apply_patches",
         mode="install",
         replacement="autopatch.patches.transformers_exporters_sliding:install_sliding_layers_as_eager",
-        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.9")),
         reason="transformers' exporters trace a sliding-window layer as a full one, so their program reads the keys "
         "it is given as every token seen: a cache filled past its window (as eager leaves it) gives wrong numbers, "
         "silently. Where the agent's sliding rows are in place, those three stand-ins are withheld for the export: "
@@ -241,7 +241,7 @@ PATCHES = (
         target="DynamicSlidingWindowLayer.update",
         mode="route",
         replacement="autopatch.patches.transformers_sliding:sliding_update",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
         fingerprints=("1d2449946249", "ee796ceb5145"),
         reason="A sliding layer keeps its last window - 1 tokens with keys[:, :, -window + 1:]: torch compares the "
         "traced past with the window, so a program traced inside the window refuses a past beyond it and the other "
@@ -254,7 +254,7 @@ PATCHES = (
         target="DynamicSlidingWindowLayer.get_mask_sizes",
         mode="route",
         replacement="autopatch.patches.transformers_sliding:sliding_mask_sizes",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
         fingerprints=("ac86092c14a3", "68bb5db6d9c1"),
         reason="With transformers.cache.sliding_update: the mask sizes branch on 'seen >= window' and take "
         "max(seen - window + 1, 0) in Python (guards on the past). Computed with torch.sym_min/sym_max.",
@@ -266,7 +266,7 @@ PATCHES = (
         target="_ignore_causal_mask_sdpa",
         mode="route",
         replacement="autopatch.patches.transformers_sliding:ignore_causal_mask_sdpa",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
         fingerprints=("265aa69ff0b2", "14bd2b59ba26"),
         reason="With the sliding rows: before answering False under any trace, this trims a padding mask longer "
         "than the keys behind 'if mask length > kv_length', which for a sliding layer traced inside its window "
@@ -282,7 +282,7 @@ PATCHES = (
             target=cache_class,
             mode="install",
             replacement=f"autopatch.patches.pytree_legacy_caches:register_{short}",
-            requires=(("transformers", ">=4.48,<4.56"), ("torch", ">=2.6")),
+            requires=(("transformers", ">=4.48,<4.56"), ("torch", ">=2.9")),
             reason=f"{cache_class} of transformers 4.48-4.55 (and its subclasses), {why} Flattened by attribute: "
             "its tensor lists as children, the rest as structure; per-call counters rebuilt from the tensors.",
         )
@@ -298,7 +298,7 @@ PATCHES = (
             mode="install",
             # The installer names its hit counter pytree.model_cache.<model> from the module, as here.
             replacement="autopatch.patches.pytree_caches:register_attribute_cache",
-            requires=(("transformers", f">={since},<5.5"), ("torch", ">=2.6")),
+            requires=(("transformers", f">={since},<5.5"), ("torch", ">=2.9")),
             reason=f"{cache_class}, the {model} cache of transformers 4.x and 5.0-5.4 (5.5 and later keep these "
             "states in DynamicCache), "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
@@ -535,7 +535,7 @@ PATCHES = (
         target="dynamic_rope_update",
         mode="install",
         replacement="autopatch.patches.transformers_rope:install_dynamic_rope_update",
-        requires=(("transformers", ">=4.57"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.57"), ("torch", ">=2.9")),
         fingerprints=("97e426d014ac", "9f96bf12a97e", "54741fa0ea32"),
         reason="Dynamic RoPE (rope_type='dynamic'; and 'longrope' on 4.x and 5.3-5.12, e.g. Phi-3) tests max(position_ids)+1 "
         "in Python ifs and re-registers inv_freq: export fails with 'Could not guard on data-dependent expression'. Under export, the decorated "
@@ -549,7 +549,7 @@ PATCHES = (
         target="mamba_selective_scan",
         mode="route",
         replacement="autopatch.patches.transformers_ssm:mamba_selective_scan",
-        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.9")),
         fingerprints=("b5b076947d18",),
         reason="Mamba's torch-only selective scan is a Python loop over the sequence: export unrolls it and "
         "specializes the sequence length. The recurrence runs as torch scan (higher-order op) instead; with a "
@@ -562,7 +562,7 @@ PATCHES = (
         target="mamba_selective_scan",
         mode="route",
         replacement="autopatch.patches.transformers_ssm:mamba_selective_scan",
-        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.9")),
         fingerprints=("b5b076947d18",),
         reason="falcon_mamba's own copy of mamba_selective_scan: the same loop, the same scan.",
     ),
@@ -573,7 +573,7 @@ PATCHES = (
         target="mamba_selective_scan",
         mode="route",
         replacement="autopatch.patches.transformers_ssm:mamba_selective_scan",
-        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.9")),
         fingerprints=("b5b076947d18",),
         reason="Jamba's own copy of mamba_selective_scan (its mamba layers' prefill, and a decode step of more than "
         "one token): the same loop, the same scan.",
@@ -586,7 +586,7 @@ PATCHES = (
             target=f"{mixer}.slow_forward",
             mode="rewrite",
             replacement="autopatch.patches.transformers_ssm:scan_instead_of_loop",
-            requires=(("transformers", ">=5,<5.13"), ("torch", ">=2.6")),
+            requires=(("transformers", ">=5,<5.13"), ("torch", ">=2.9")),
             fingerprints=fingerprints,
             reason=f"5.3-5.12 {mixer} prefill: under tracing associative_scan, whose program fixes the batch and "
             "refuses shorter sequences; with a cache a Python loop over the sequence, which fixes its length. "
@@ -604,7 +604,7 @@ PATCHES = (
         target="FalconMambaMixer.slow_forward",
         mode="rewrite",
         replacement="autopatch.patches.transformers_ssm:loop_as_scan",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.9")),
         fingerprints=("48877ccaa466",),
         reason="transformers 4.x: FalconMambaMixer.slow_forward loops over the sequence in Python, which fixes its "
         "length. Rewritten from the source: the loop's recurrence as a scan (its program also needs "
@@ -619,7 +619,7 @@ PATCHES = (
             target="torch_chunk_gated_delta_rule",
             mode="rewrite",
             replacement="autopatch.patches.transformers_ssm:gated_delta_chunks_as_scan",
-            requires=(("transformers", ">=5.13"), ("torch", ">=2.6")),
+            requires=(("transformers", ">=5.13"), ("torch", ">=2.9")),
             fingerprints=("0dd16d07a108",),
             reason="The gated delta net's prefill (torch path, without flash-linear-attention) walks its chunks with "
             "`for i in range(num_chunks)`, ceil(seq / 64) iterations: export fixes the sequence length. Rewritten "
@@ -634,7 +634,7 @@ PATCHES = (
         target="MiniMaxLightningAttention.forward",
         mode="rewrite",
         replacement="autopatch.patches.transformers_ssm:lightning_decode_as_scan",
-        requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
         fingerprints=("ec4256f9d53d", "69f87ef3f668", "dec6aa8a7765", "d52943090d9a"),  # 4.57, 5.3, 5.12, 5.23
         reason="MiniMax's lightning attention walks a cached step's tokens in a Python loop: a decode step of "
         "several tokens specializes its length. Rewritten from the source: the same recurrence as torch scan "
@@ -647,7 +647,7 @@ PATCHES = (
         target="MambaMixer.slow_forward",
         mode="route",
         replacement="autopatch.patches.transformers_ssm:mamba_slow_forward",
-        requires=(("transformers", "<5"), ("torch", ">=2.6")),
+        requires=(("transformers", "<5"), ("torch", ">=2.9")),
         fingerprints=("3b03478a8b54",),
         reason="transformers 4.x: the selective scan loop inside MambaMixer.slow_forward specializes the "
         "sequence length; the recurrence runs as torch scan instead (cache branches kept).",
@@ -661,7 +661,7 @@ PATCHES = (
             target=f"{owner}._update_mamba_mask",
             mode="route",
             replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
-            requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+            requires=(LOCAL_CACHES, ("torch", ">=2.9")),
             # One source, copied into each model; 5.3's Jamba also tests cache_position for None (its forward
             # always passes one).
             fingerprints=("7127cbd79e01", "5885cfd0e3f4") if model == "jamba" else ("7127cbd79e01",),
@@ -679,7 +679,7 @@ PATCHES = (
             target=f"{mixer}.torch_forward",
             mode="rewrite",
             replacement="autopatch.patches.transformers_ssm:assume_decode_position",
-            requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+            requires=(LOCAL_CACHES, ("torch", ">=2.9")),
             fingerprints=mixer_fingerprints,
             reason=f"{mixer}.torch_forward (4.x, 5.0-5.4) picks its decode path with `... and seq_len == 1 and "
             "cache_position[0] > 0`: the last term is a data-dependent guard. Rewritten from the source: once the "
@@ -696,7 +696,7 @@ PATCHES = (
             target=target,
             mode="rewrite",
             replacement=f"autopatch.patches.transformers_ssm:{rewriter}",
-            requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+            requires=(LOCAL_CACHES, ("torch", ">=2.9")),
             fingerprints=fingerprints,  # 4.57.6, 5.3.0
             reason=f"{target} (4.x, 5.0-5.4) takes its one-token path when given a cache and `cache_position[0] > "
             "0`: a data-dependent guard with nothing structural beside it. Rewritten from the source: the step's "
@@ -714,7 +714,7 @@ PATCHES = (
         target="JambaModel._update_causal_mask",
         mode="rewrite",
         replacement="autopatch.patches.transformers_ssm:causal_mask_length_from_mask",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.9")),
         fingerprints=("543f4a4249e5",),
         reason="Jamba's 4.x causal mask is `cache_position[-1] + 1` wide, a tensor: a data-dependent width the "
         "attention then fails to match with the keys (guard Eq(Min(6, u0), 6)). Rewritten from the source to take "
@@ -727,7 +727,7 @@ PATCHES = (
         target="FalconHybridMambaAttentionDynamicCache.update",
         mode="rewrite",
         replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
-        requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+        requires=(LOCAL_CACHES, ("torch", ">=2.9")),
         fingerprints=("65abdfdf6e47", "745c19661b16"),  # 4.57, 5.3 (type hints only)
         reason="FalconH1's 4.x and 5.0-5.4 cache update tests `len(self.key_cache[layer_idx]) == 0` on a tensor: "
         "len() reads the batch as a plain int and fixes it to the traced size. Rewritten from the source to compare "
@@ -740,7 +740,7 @@ PATCHES = (
         target="Qwen3NextGatedDeltaNet.forward",
         mode="rewrite",
         replacement="autopatch.patches.transformers_ssm:one_token_path_checked",
-        requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+        requires=(LOCAL_CACHES, ("torch", ">=2.9")),
         fingerprints=("8b7fcbc6ef29", "f5b167408bb0"),  # 4.57, 5.3
         reason="4.x and 5.0-5.4 Qwen3-Next picks its one-token recurrent path with `seq_len == 1`. A decode step "
         "traced with several tokens: torch assumes a dynamic length is never 1, but the program accepts one and "
@@ -753,7 +753,7 @@ PATCHES = (
         target="Qwen3NextModel._update_linear_attn_mask",
         mode="route",
         replacement="autopatch.patches.transformers_ssm:linear_attention_mask",
-        requires=(LOCAL_CACHES, ("torch", ">=2.6")),
+        requires=(LOCAL_CACHES, ("torch", ">=2.9")),
         fingerprints=("92e2bac7705f",),  # 4.57 and 5.3
         reason="4.x and 5.0-5.4 Qwen3-Next drops its linear-attention mask with `if cache_position[0] > 0 or "
         "torch.all(mask == 1)`: a data-dependent guard (Eq(u0, 1)) in every decode step. Under export the mask "
@@ -766,7 +766,7 @@ PATCHES = (
         target="GenerationMixin._cache_dependant_input_preparation_exporting",
         mode="route",
         replacement="autopatch.patches.transformers_generation:cache_dependant_input_preparation",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.9")),
         fingerprints=("472310d9b203",),
         reason="4.x prepare_inputs_for_generation, while exporting, always gathers input_ids[:, cache_position]: a "
         "decode step given only its new tokens exports, then every run raises IndexError. The eager cases instead: "
@@ -779,7 +779,7 @@ PATCHES = (
         target="DynamicCache.get_seq_length",
         mode="rewrite",
         replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
-        requires=(("transformers", ">=4.48,<4.51"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.48,<4.51"), ("torch", ">=2.9")),
         fingerprints=("528bacc3dfd5",),
         reason="4.48-4.50: `len(self.key_cache[layer_idx]) == 0` reads the batch size as a plain int, so every "
         "decode step (decoders call it in forward, EncoderDecoderCache per layer) exports with a constant batch. "
@@ -792,7 +792,7 @@ PATCHES = (
         target="DynamicCache.update",
         mode="rewrite",
         replacement="autopatch.patches.transformers_cache_len:shape_based_empty_check",
-        requires=(("transformers", ">=4.48,<4.51"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.48,<4.51"), ("torch", ">=2.9")),
         fingerprints=("f7165761909b",),
         reason="The same test in DynamicCache.update of 4.48-4.50, called by every attention layer.",
     ),
@@ -1042,7 +1042,7 @@ PATCHES = (
         target="ONNXRegistry.from_torchlib",
         mode="install",
         replacement="autopatch.patches.onnx_translations:install_onnx_grouped_mm",
-        requires=(("transformers", ">=5.0"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=5.0"), ("torch", ">=2.9")),
         reason="5.x experts (Mixtral, Qwen3-MoE, DeepSeek-V3...) call transformers' custom operator "
         "grouped_mm_fallback on CPU; torch.onnx.export(dynamo=True) has no translation for it ('No ONNX function "
         "found'). Registers one (a MatMul per expert over the rows offs gives it) in the registries built while "
@@ -1145,7 +1145,7 @@ PATCHES = (
             target=f"{owner}.get_image_features",
             mode="rewrite",
             replacement="autopatch.patches.transformers_vision:idefics_image_features",
-            requires=(("transformers", ">=5"), ("torch", ">=2.6")),
+            requires=(("transformers", ">=5"), ("torch", ">=2.9")),
             fingerprints=(fingerprint,),
             reason=f"{owner}.get_image_features (5.x) splits the features with `.tolist()` of per-sample image counts "
             "and views the pixel mask as `batch_size * num_images`: both fix the image batch (and the images per "
@@ -1170,7 +1170,7 @@ PATCHES = (
                 target=f"{prefix}VisionEmbeddings.forward",
                 mode="route",
                 replacement="autopatch.patches.transformers_vision:navit_position_embeddings",
-                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+                requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.9")),
                 fingerprints=("1483d2a65a17",),  # one source in the three models (5.12's own is loop-free)
                 reason=f"{prefix}VisionEmbeddings.forward (4.x) loops over the images and builds "
                 "torch.arange(<patches kept>), a data-dependent length (guard Eq(u0, 0)). The same bucketed "
@@ -1183,7 +1183,7 @@ PATCHES = (
                 target=f"{prefix}Model.get_image_features",
                 mode="rewrite",
                 replacement=f"autopatch.patches.transformers_vision:{rewriter}",
-                requires=(("transformers", ">=4.56,<5.13"), ("torch", ">=2.6")),
+                requires=(("transformers", ">=4.56,<5.13"), ("torch", ">=2.9")),
                 fingerprints=features_fingerprints,
                 reason=f"{prefix}Model.get_image_features "
                 + ("(4.x, 5.3-5.12)" if len(features_fingerprints) > 1 else "(4.x)") + " views the pixel mask as "
@@ -1201,7 +1201,7 @@ PATCHES = (
         target="Idefics2VisionTransformer.forward",
         mode="rewrite",
         replacement="autopatch.patches.transformers_vision:idefics2_full_patch_mask",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.9")),
         fingerprints=("5b07d59eaa6c",),
         reason="4.x Idefics2's vision tower drops an all-true patch mask with `if not torch.any(~mask)` (reads the "
         "mask). While tracing it takes the other branch, the 4D additive mask, which attends the same (Idefics3's "
@@ -1214,7 +1214,7 @@ PATCHES = (
         target="SmolVLMModel.inputs_merger",
         mode="rewrite",
         replacement="autopatch.patches.transformers_vision:smolvlm_merger_check",
-        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.6")),
+        requires=(("transformers", ">=4.56,<5"), ("torch", ">=2.9")),
         fingerprints=("410688bf374b",),
         reason="4.x SmolVLM checks image token counts with `if not torch.all(...): raise`; a torch._check_tensor_all "
         "instead (a runtime assertion in the program), as 5.x does.",
@@ -1405,7 +1405,7 @@ PATCHES = (
             target=f"{layer}.forward",
             mode="rewrite",
             replacement="autopatch.rewrite:rewrite_tensor_conditions",
-            requires=(("transformers", ">=4.56"), ("torch", ">=2.6")),
+            requires=(("transformers", ">=4.56"), ("torch", ">=2.9")),
             reason=f"{layer}.forward clamps float16 hidden states with `if hidden_states.dtype == torch.float16 "
             "and <any inf or nan>`: the second operand is a tensor, so a float16 export stops on a "
             "data-dependent guard (Eq(u0, 1)). Rewritten to torch.cond (clamp or keep), decided at run time.",

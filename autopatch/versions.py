@@ -76,7 +76,7 @@ def unmet_clauses(requires) -> str:
 
 
 def parse_requirement_text(text: str) -> tuple:
-    """The inverse of ``PatchSpec.requirement_text`` ('transformers>=4.56,<5, torch>=2.6', or '-'), for code
+    """The inverse of ``PatchSpec.requirement_text`` ('transformers>=4.56,<5, torch>=2.9', or '-'), for code
     that has only the status structure."""
     import re
 

@@ -16,8 +16,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # The harness's own outputs: a run rewrites them while it goes (coverage before sweep before overhead), so a
-# change there says nothing about the code that measured.
-OUTPUTS = ("benchmarks/results/", "docs/coverage.md", "docs/coverage.png")
+# change there says nothing about the code that measured. autopatch/measured_needs.json is report.py's copy of
+# needed.py's verdicts for `autopatch status`: results, not code.
+OUTPUTS = ("benchmarks/results/", "docs/coverage.md", "docs/coverage.png", "autopatch/measured_needs.json")
 
 
 def _git(*args: str) -> str:

@@ -114,14 +114,14 @@ def test_sweep_of_one_architecture_records_its_commit_and_every_step(tmp_path):
 
 
 def test_the_readme_figures_are_the_committed_results():
-    """The README's headline table, supported-models figures and overhead figures are generated from
+    """The README's headline table, supported-models, torch-release and overhead figures are generated from
     benchmarks/results (report.py): a
     results file regenerated without the README, or a figure edited by hand, fails here."""
     import report
 
     blocks = report.readme_blocks(report._load("coverage-*.json"), report._load("sweep-*.json"))
     readme = report.README.read_text()
-    assert set(blocks) == {report.HEADLINE_START, report.OVERHEAD_START, report.SWEEP_START}
+    assert set(blocks) == {report.HEADLINE_START, report.OVERHEAD_START, report.SWEEP_START, report.TORCH_START}
     for marker, lines in blocks.items():
         assert marker in readme, marker
         assert "\n".join(lines) in readme, f"README block {marker} differs from the results: run benchmarks/report.py"
@@ -195,7 +195,8 @@ def test_provenance_ignores_only_the_harness_outputs():
     import provenance
 
     porcelain = ("?? benchmarks/results/coverage-5.23.0.json\n M benchmarks/results/sweep-4.57.6.json\n"
-                 " M docs/coverage.md\n M benchmarks/catalogue.py\n?? autopatch/new_patch.py\n")
+                 " M docs/coverage.md\n M benchmarks/catalogue.py\n?? autopatch/new_patch.py\n"
+                 " M autopatch/measured_needs.json\n")
     assert provenance.changed_paths(porcelain) == ["benchmarks/catalogue.py", "autopatch/new_patch.py"]
     assert provenance.changed_paths("?? benchmarks/results/\n") == []
 
@@ -529,8 +530,8 @@ def test_needed_tells_a_patch_a_case_needs_from_one_no_case_uses(tmp_path):
 
 
 def test_measured_needs_reach_status_for_the_installed_pair(tmp_path, monkeypatch):
-    """report.py folds needed-*.json into the package's file; status notes 'not needed on ...' only for the pair
-    installed, and only on the patches measured so."""
+    """report.py folds needed-*.json into the package's file; status notes 'no catalogue case needs it on ...' only
+    for the pair installed, and only on the patches measured so."""
     import report
 
     from autopatch import measured, versions
@@ -546,7 +547,8 @@ def test_measured_needs_reach_status_for_the_installed_pair(tmp_path, monkeypatc
     report.write_measured_needs(results, path)
     monkeypatch.setattr(measured, "_FILE", str(path))  # an absolute path: Path(package) / it is it
     monkeypatch.setattr(measured, "_loaded", [])
-    assert measured.note("torch.broadcast.infer_size") == f"not needed on torch {torch}, transformers {transformers}"
+    assert measured.note("torch.broadcast.infer_size") == \
+        f"no catalogue case needs it on torch {torch}, transformers {transformers}"
     assert measured.note("torch.broadcast.fast_binary") == ""  # needed here; not needed only on another pair
     text = "\n".join(report.needed_section(results))
     assert "Not needed on torch 2.0.0, transformers 4.0.0: `torch.broadcast.fast_binary` (1 cases)." in text
@@ -556,5 +558,5 @@ def test_measured_needs_reach_status_for_the_installed_pair(tmp_path, monkeypatc
 
     data = autopatch.status()
     row = next(p for p in data["patches"] if p["id"] == "torch.broadcast.infer_size")
-    assert row["measured"].startswith("not needed on torch")
-    assert "not needed on torch" in status_text.render(data, Output(io.StringIO(), wide=True), show_all=True)
+    assert row["measured"].startswith("no catalogue case needs it on torch")
+    assert "no catalogue case needs it on torch" in status_text.render(data, Output(io.StringIO(), wide=True), show_all=True)

@@ -43,6 +43,9 @@ def test_wheel_installs_both_start_files_and_the_template(venv):
     assert (site_dir / "autopatch.pth").read_text() == (REPO / "autopatch/_doors/autopatch.pth").read_text()
     assert (site_dir / "autopatch.start").read_text() == (REPO / "autopatch/_doors/autopatch.start").read_text()
     assert (site_dir / "autopatch_sitecustomize" / "sitecustomize.py").is_file()
+    # The benchmarks' verdicts `autopatch status` reads (not needed on ...) travel with the package.
+    assert (site_dir / "autopatch" / "measured_needs.json").read_text() == \
+        (REPO / "autopatch" / "measured_needs.json").read_text()
 
 
 def test_real_pth_is_inert_without_the_variable(venv):
