@@ -17,7 +17,8 @@ path keeps the config class's own value: ``sliding_window``, ``layer_types`` and
 ``max_position_embeddings``, rope parameters, the attention implementation; the layer count grows until the
 class's own pattern holds every kind of layer (``own_depth``: Gemma 3's five sliding layers and one full layer
 need 6).  A regime that needs a special value is an extra case with its own name beside the real one
-(``*_past_window``: a window of 4 that every input set is past).  Every decoder and vision-language case has a
+(``*_past_window``: a window of 4 that every input set is past; ``*_cross_window``: a window of 8, traced inside
+it and run beyond it).  Every decoder and vision-language case has a
 ``*_padded`` twin whose batches are left-padded, differently in A, B and C.
 """
 
@@ -46,6 +47,11 @@ TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_la
 # tokens) is beyond it.  transformers branches in Python on "past the window or not", so the real windows (4096,
 # 128) never reach that branch at these sizes: it gets cases of its own.
 PAST_WINDOW = 4
+# The window of the *_cross_window cases, and their sizes: A and B inside it (prefills of 5 and 6 tokens; decode
+# steps whose past and new tokens stay below the window), C beyond it (12 tokens; a past of 13): one program
+# traced inside the window must serve a past beyond it, as a generation loop does.
+CROSS_WINDOW = 8
+CROSS_SIZES = {"prefill": [(2, 5), (3, 6), (4, 12)], "decode": [(2, 3, 2), (3, 4, 3), (1, 13, 1)]}
 
 
 @dataclasses.dataclass
@@ -160,6 +166,11 @@ PAST_WINDOW_CASES = [
     # Sliding layers only: no full-attention layer to take the seen count from, only the step's attention mask.
     ("mistral_sliding", "mistral", ("decode",)),
 ]
+CROSS_WINDOW_CASES = [
+    ("gemma2", "gemma2", ("prefill", "decode")),
+    ("gemma3_text", "gemma3_text", ("prefill", "decode")),
+    ("mistral_sliding", "mistral", ("decode",)),
+]
 
 RECURRENT = [
     ("mamba", "MambaConfig", "MambaForCausalLM",
@@ -224,6 +235,12 @@ def _decoder_cases():
             cases += with_padded(name, config_name, model_name, kind, family=family, variant="_past_window",
                                  note=f"sliding_window {PAST_WINDOW} (the class's own is larger): every set past it",
                                  **{**extra, "sliding_window": PAST_WINDOW})
+    for name, row, kinds in CROSS_WINDOW_CASES:
+        _, config_name, model_name, family, extra = rows[row]
+        for kind in kinds:
+            cases += with_padded(name, config_name, model_name, kind, family=family, variant="_cross_window",
+                                 note=f"sliding_window {CROSS_WINDOW}: traced inside it, run beyond it",
+                                 sizes=CROSS_SIZES[kind], **{**extra, "sliding_window": CROSS_WINDOW})
     for name, config_name, model_name, extra in RECURRENT:
         if name in WITH_PREFILL:
             cases += with_padded(name, config_name, model_name, "prefill", family="ssm", **extra)
