@@ -503,7 +503,7 @@ def test_torch_release_results_render_with_their_commit():
         suite, catalogue = data["suite"], data["catalogue"]
         assert suite["passed"] + suite["failed"] + suite["errors"] + suite["skipped"] > 0
         assert 0 < catalogue["autopatch_ok"] <= catalogue["cases"]
-        assert f"| {data['meta']['torch']} | {data['meta']['transformers']} |" in text
+        assert f"| {data['meta']['torch'].split('+')[0]} | {data['meta']['transformers']} |" in text
         assert report.measured_at(data["meta"]) in text
 
 
@@ -560,3 +560,22 @@ def test_measured_needs_reach_status_for_the_installed_pair(tmp_path, monkeypatc
     row = next(p for p in data["patches"] if p["id"] == "torch.broadcast.infer_size")
     assert row["measured"].startswith("no catalogue case needs it on torch")
     assert "no catalogue case needs it on torch" in status_text.render(data, Output(io.StringIO(), wide=True), show_all=True)
+
+
+def test_the_packaged_needs_are_the_committed_results(tmp_path):
+    """autopatch/measured_needs.json (what `autopatch status` reads) is what report.py writes from the committed
+    benchmarks/results/needed-*.json, and the page's table names every release measured with its commits."""
+    import report
+
+    results = report._load("needed-*.json")
+    assert results, "no benchmarks/results/needed-*.json: run bash benchmarks/torch_release.sh 2.15.0"
+    fresh = tmp_path / "measured_needs.json"
+    report.write_measured_needs(results, fresh)
+    assert (BENCH.parent / "autopatch" / "measured_needs.json").read_text() == fresh.read_text(), \
+        "autopatch/measured_needs.json differs from the results: run benchmarks/report.py"
+    text = "\n".join(report.needed_section(results))
+    for data in results:
+        meta = data["meta"]
+        assert f"| {meta['torch'].split('+')[0]} | {meta['transformers'].split('+')[0]} |" in text
+        assert report.verdict_commits(data) in text
+        assert {r["verdict"] for r in data["patches"].values()} <= {"needed", "not_needed", "not_exercised"}
