@@ -23,9 +23,11 @@ import concurrent.futures
 import datetime
 import fnmatch
 import json
+import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +35,7 @@ sys.path.insert(0, str(HERE))
 
 import coverage  # noqa: E402  (benchmarks/coverage.py: the catalogue's harness)
 import provenance  # noqa: E402
+from torch_release import first_line  # noqa: E402  (one error line, as the release results record it)
 
 NEEDED, NOT_NEEDED, NOT_EXERCISED = "needed", "not_needed", "not_exercised"
 
@@ -45,8 +48,7 @@ def base_version(version: str) -> str:
 def default_patches(python: str) -> list:
     """Ids of the patches EXPORT_PATCHES=1 selects, as the measured interpreter's registry has them."""
     code = "import json; from autopatch import registry; print(json.dumps([s.id for s in registry.PATCHES if s.default]))"
-    out = coverage.subprocess.run([python, "-c", code], env=coverage.clean_env(), capture_output=True, text=True,
-                                  check=True)
+    out = subprocess.run([python, "-c", code], env=coverage.clean_env(), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -74,13 +76,8 @@ def measure_one(servers, python: str, patch_id: str, cases: list) -> dict:
         tried.append(name)
         if result["status"] != "ok":
             return {"verdict": NEEDED, "case": name, "status": result["status"],
-                    "error": coverage_first_line(result.get("error")), "cases": tried}
+                    "error": first_line(result.get("error")), "cases": tried}
     return {"verdict": NOT_NEEDED, "cases": tried}
-
-
-def coverage_first_line(text) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[0][:300] if lines else ""
 
 
 def run(args) -> dict:
@@ -151,9 +148,7 @@ def main(argv=None) -> None:
         data = merge(json.loads(out.read_text()), data)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
-    counts = {}
-    for result in data["patches"].values():
-        counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
+    counts = Counter(result["verdict"] for result in data["patches"].values())
     print(f"wrote {out} ({data['meta']['seconds']} s): " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 

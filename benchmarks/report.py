@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
+
+from needed import base_version  # benchmarks/ is on the path: report.py is run from there or imported beside it
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -244,7 +247,7 @@ def torch_headline(releases: list) -> list:
     for data in sorted(releases, key=_release_key):
         meta, suite, cat = data["meta"], data["suite"], data["catalogue"]
         ran = suite["passed"] + suite["failed"] + suite["errors"] + suite["skipped"]
-        lines.append(f"- torch {_base(meta['torch'])} + transformers {meta['transformers']}: focused suite "
+        lines.append(f"- torch {base_version(meta['torch'])} + transformers {meta['transformers']}: focused suite "
                      f"**{suite['passed']} / {ran}** passed ({suite.get('deselected', '?')} deselected there by their "
                      f"version marks); catalogue with autopatch **{cat['autopatch_ok']} / {cat['cases']}** (no patches "
                      f"{cat['none_ok']}); {meta.get('date', '?')[:10]}, {measured_at(meta)}.")
@@ -480,11 +483,6 @@ def chart(coverage: list, path: Path) -> str:
     return f"wrote {path}"
 
 
-def _base(version: str) -> str:
-    """'2.9.1+cu128' -> '2.9.1': the release, whatever its build."""
-    return version.split("+")[0]
-
-
 def _release_key(data: dict) -> tuple:
     meta = data["meta"]
     return tuple(tuple(int(p) if p.isdigit() else 0 for p in meta[k].split("+")[0].split("."))
@@ -508,10 +506,10 @@ def torch_releases_section(results: list) -> list:
     for data in sorted(results, key=_release_key):
         meta, suite, cat = data["meta"], data["suite"], data["catalogue"]
         total = suite["passed"] + suite["failed"] + suite["errors"] + suite["skipped"]
-        lines.append(f"| {_base(meta['torch'])} | {meta['transformers']} | {suite['passed']} / {total} | "
+        lines.append(f"| {base_version(meta['torch'])} | {meta['transformers']} | {suite['passed']} / {total} | "
                      f"{suite.get('deselected', '?')} | {cat['none_ok']} / {cat['cases']} | "
                      f"**{cat['autopatch_ok']} / {cat['cases']}** | {meta.get('date', '?')[:10]}, {measured_at(meta)} |")
-        where = f"torch {_base(meta['torch'])}, transformers {meta['transformers']}"
+        where = f"torch {base_version(meta['torch'])}, transformers {meta['transformers']}"
         failures += [f"- {where}, suite: `{f['test']}`: {f['error']}" for f in suite["failures"]]
         failures += [f"- {where}, catalogue `{f['case']}` ({f['status']}): {f['error']}"
                      for f in cat["autopatch_failures"]]
@@ -534,17 +532,15 @@ def needed_section(results: list) -> list:
              "needed* here too: check its tests before retiring it.", "",
              "| torch | transformers | needed | not needed | not exercised | measured |", "| --- | --- | --- | --- | --- | --- |"]
     for data in sorted(results, key=_release_key):
-        meta, counts = data["meta"], {}
-        for result in data["patches"].values():
-            counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
-        lines.append(f"| {_base(meta['torch'])} | {_base(meta['transformers'])} | {counts.get('needed', 0)} | "
+        meta, counts = data["meta"], Counter(result["verdict"] for result in data["patches"].values())
+        lines.append(f"| {base_version(meta['torch'])} | {base_version(meta['transformers'])} | {counts.get('needed', 0)} | "
                      f"{counts.get('not_needed', 0)} | {counts.get('not_exercised', 0)} | "
                      f"{meta.get('date', '?')[:10]}, {verdict_commits(data)} |")
     for data in sorted(results, key=_release_key):
         meta = data["meta"]
         idle = [f"`{i}` ({len(r['cases'])} cases)" for i, r in data["patches"].items() if r["verdict"] == "not_needed"]
         if idle:
-            lines += ["", f"Not needed on torch {_base(meta['torch'])}, transformers {_base(meta['transformers'])}: "
+            lines += ["", f"Not needed on torch {base_version(meta['torch'])}, transformers {base_version(meta['transformers'])}: "
                       + ", ".join(idle) + "."]
     verdicts: dict = {}
     for data in results:
@@ -568,11 +564,8 @@ def verdict_commits(data: dict) -> str:
     code = data["meta"].get("patch_code")
     if not code:
         return measured_at(data["meta"])
-    counts: dict = {}
-    for stamp in code.values():
-        key = measured_at(stamp)
-        counts[key] = counts.get(key, 0) + 1
-    return ", ".join(f"{key} ({n} verdicts)" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    counts = Counter(measured_at(stamp) for stamp in code.values())
+    return ", ".join(f"{key} ({n} verdicts)" for key, n in counts.most_common())
 
 
 def write_measured_needs(results: list, path: Path) -> str:
@@ -580,7 +573,7 @@ def write_measured_needs(results: list, path: Path) -> str:
     releases = []
     for data in sorted(results, key=_release_key):
         meta = data["meta"]
-        entry = {"torch": meta["torch"].split("+")[0], "transformers": meta["transformers"].split("+")[0],
+        entry = {"torch": base_version(meta["torch"]), "transformers": base_version(meta["transformers"]),
                  "commit": meta.get("commit"), "date": meta.get("date")}
         for verdict in ("needed", "not_needed", "not_exercised"):
             entry[verdict] = sorted(i for i, r in data["patches"].items() if r["verdict"] == verdict)
