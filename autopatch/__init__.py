@@ -11,11 +11,6 @@ from __future__ import annotations
 
 from . import _bootstrap
 
-# The subpackage of replacements shares its name with the function patches() below. Loaded here first (its
-# __init__ imports nothing), so that the function, defined after, keeps the name: otherwise the first patch
-# module imported later (by a post-import hook) would set autopatch.patches to the subpackage.
-from . import patches as _replacements  # noqa: F401
-
 __version__ = "0.1.0"
 __all__ = [
     "enable", "disable", "patched", "status", "patches", "last_export_report", "in_export", "guess_dynamic_shapes",
@@ -82,9 +77,9 @@ def _with_ids(selection: str, ids) -> str:
 
 def status() -> dict:
     """The structure `autopatch status --json` prints: header and one row per patch."""
-    from . import report
+    from . import status_data
 
-    return report.build(_agent())
+    return status_data.build(_agent())
 
 
 def patches() -> list:
@@ -105,23 +100,23 @@ def register(spec_or_none=None, /, **fields):
 
 def patches_involved_in_graph(graph):
     """``[(patch, [nodes])]``: the patches whose replacement code produced nodes of an exported graph."""
-    from .diffs import involved_in_graph
+    from .attribution import involved_in_graph
 
     return involved_in_graph(patches(), graph)
 
 
 def make_report(pairs, format: str = "raw") -> str:
     """Text (``raw``) or markdown (``md``) for ``patches_involved_in_graph`` results, with each diff."""
-    from .diffs import make_report as render
+    from .attribution import make_report as render
 
     return render(pairs, format)
 
 
 def last_export_report():
     """What the most recent export (in any thread) used: entry point, thread, seconds, error, patch hits."""
-    from . import scope
+    from . import runs
 
-    run = scope.last_run()
+    run = runs.last_run()
     return run.as_dict() if run is not None else None
 
 

@@ -41,16 +41,10 @@ def activate(door: str) -> None:
 
 
 def importer_door() -> str:
-    """Which door is importing the package: the .pth/.start door and the sitecustomize template import
-    ``autopatch`` before they can call ``activate`` themselves, so the package asks who its importer is."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        if not (name.startswith("importlib") or name == "autopatch" or frame.f_code.co_filename.startswith("<frozen")):
-            break
-        frame = frame.f_back
-    name = frame.f_globals.get("__name__", "") if frame is not None else ""
-    return {"site": "pth", "sitecustomize": "sitecustomize"}.get(name, "import")
+    """Which door is importing the package. The .pth door and the sitecustomize template import ``autopatch``
+    before they can call ``activate`` themselves, so each names itself first (``sys._autopatch_door``, taken
+    away here so that a later import is not mistaken for it); any other import is the ``import`` door."""
+    return sys.__dict__.pop("_autopatch_door", "import")
 
 
 def activate_from_start_file() -> None:

@@ -159,11 +159,6 @@ class Agent:
             chosen = [s for s in self.entry_points] + [s for s in self.patches if s.id in sel.ids]
             for spec in chosen:
                 self._arm(self._records[spec.id])
-            if self.auto_rewrite:
-                from . import scope
-
-                scope.on_export_failure = self._rewrite_after_failure
-                scope.on_export_result = self._rewrite_after_success
             logs.debug("autopatch: active with %d patches: %s", len(sel.ids), ", ".join(sel.ids))
             return sel
 
@@ -195,7 +190,7 @@ class Agent:
     def _install(self, record, module, late: bool) -> None:
         from . import install
 
-        install.install(record, module, late=late)
+        install.install(record, module, late=late, retry=self._retry_policy())
         if record.state == state.FAILED:
             last = record.detail.strip().splitlines()[-1]
             self._problem(f"{record.spec.id} failed to install on {record.spec.target_name}: {last}", record.detail)
@@ -207,6 +202,15 @@ class Agent:
         logs.warning("autopatch: %s", message)
 
     auto_rewrite = False
+
+    def _retry_policy(self):
+        """What this agent's export entry points do after each round: EXPORT_PATCHES_REWRITE=auto rewrites what
+        stopped the export and tries again; otherwise one round (None)."""
+        if not self.auto_rewrite:
+            return None
+        from .runs import RetryPolicy
+
+        return RetryPolicy(self._rewrite_after_failure, self._rewrite_after_success)
 
     def _rewrite_after_failure(self, exc) -> bool:
         """EXPORT_PATCHES_REWRITE=auto: installs a rewrite of the function whose ``if`` stopped the export;
@@ -228,18 +232,18 @@ class Agent:
 
     def _rewrite_after_success(self, result, entry_args, entry_kwargs, may_retry: bool):
         """EXPORT_PATCHES_REWRITE=auto, after an export succeeded. When its program fixed which of two sizes is
-        the smaller (builtin min/max, then a slice), installs a rewrite of that function: ``scope.RETRY``. Then,
+        the smaller (builtin min/max, then a slice), installs a rewrite of that function: ``runs.RETRY``. Then,
         when this export installed rewrites, keeps them only if the program matches eager on the export's own
         inputs; otherwise they are taken out and the export's original error is raised (or its first program
         returned), with a note saying why."""
-        from . import scope
+        from . import runs, scope
         from .rewrite import auto
 
         found = auto.size_relation_function(result) if may_retry else "no round left"
         if not isinstance(found, str) and self._install_auto_rewrite(
                 *found, "a min/max of sizes at line {} made the program guard which size is the smaller",
                 lambda text: logs.warning("%s", text), result):
-            return scope.RETRY
+            return runs.RETRY
         run = scope.current_run()
         if run is None or not run.rewrites:
             return result
@@ -317,11 +321,6 @@ class Agent:
 
     def disable(self) -> None:
         with self._lock:
-            scope = sys.modules.get(f"{__package__}.scope")  # not imported: no hook of ours in it
-            if scope is not None and scope.on_export_failure == self._rewrite_after_failure:
-                scope.on_export_failure = None
-            if scope is not None and scope.on_export_result == self._rewrite_after_success:
-                scope.on_export_result = None
             self._ungated.clear()  # every pending record becomes DISABLED
             for record in self._records.values():
                 if record.state in state.INSTALLED:

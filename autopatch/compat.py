@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 
-from . import diffs, state
+from . import attribution, state
 from .spec import FAMILIES, PatchSpec
 
 _custom_ids = itertools.count(1)
@@ -77,10 +77,10 @@ class PatchDetails:
         return self.n_patches
 
     def patches_involved_in_graph(self, graph):
-        return diffs.involved_in_graph(self._records(), graph)
+        return attribution.involved_in_graph(self._records(), graph)
 
     def make_report(self, pairs, format: str = "raw") -> str:
-        return diffs.make_report(pairs, "md" if format in ("md", "rst") else "raw")
+        return attribution.make_report(pairs, "md" if format in ("md", "rst") else "raw")
 
 
 def _selection(torch_family: bool, transformers_family: bool) -> str:

@@ -59,7 +59,7 @@ VARIABLES = (
 )
 
 _BY_NAME = {v.name: v for v in VARIABLES}
-_TRUE = ("1", "true", "yes", "on")
+TRUE_WORDS = ("1", "true", "yes", "on")
 
 
 def read(name: str) -> str:
@@ -67,7 +67,7 @@ def read(name: str) -> str:
 
 
 def strict() -> bool:
-    return read("EXPORT_PATCHES_STRICT").lower() in _TRUE
+    return read("EXPORT_PATCHES_STRICT").lower() in TRUE_WORDS
 
 
 def markdown_table() -> str:

@@ -10,37 +10,13 @@ import inspect
 import traceback
 
 from . import fingerprint, scope, state
-from .rewrite.control_flow import NotRewritable
+from .kit import Drifted, NotRewritable, Skip
 from .spec import owner_and_name
 
 
-class Skip(Exception):
-    """Raised by an installer that decides, after looking at the live objects, not to apply."""
-
-
-class Drifted(Skip):
-    """Raised by an installer whose own fingerprint check finds the source changed: state DRIFTED, as for the
-    specs whose fingerprints the installer checks itself."""
-
-
-def install_always_on(owner, name, original, wrapper, patch_id):
-    """Puts ``wrapper`` in place of ``owner.name`` (for code that runs in ``ep.module()``, after the export, where
-    an export-scoped router never sees it) and returns the undo, which refuses to remove a later wrapper."""
-    wrapper.__autopatch_original__ = original
-    wrapper.__autopatch_id__ = patch_id
-    setattr(owner, name, wrapper)
-
-    def undo() -> str:
-        if getattr(owner, name) is not wrapper:
-            return f"could not restore {owner.__name__}.{name}: replaced on top of autopatch's wrapper"
-        setattr(owner, name, original)
-        return ""
-
-    return undo
-
-
-def install(record, module, late: bool) -> None:
-    """Installs ``record.spec`` on ``module``; any problem becomes the record's state, never an exception."""
+def install(record, module, late: bool, retry=None) -> None:
+    """Installs ``record.spec`` on ``module``; any problem becomes the record's state, never an exception.
+    ``retry``: the retry policy an export entry point follows (``runs.RetryPolicy``), from the agent."""
     spec = record.spec
     try:
         owner, name = owner_and_name(module, spec.target)
@@ -50,12 +26,12 @@ def install(record, module, late: bool) -> None:
         return
     try:
         if spec.mode == "install":
-            # An installer returns its undo, or (undo, detail) when status should say more, e.g. whose
-            # registration it replaced.
-            result = spec.resolve_replacement()(owner, name, raw)
+            # An installer gets its own record (its row, so it never repeats its id or fingerprints) and returns
+            # its undo, or (undo, detail) when status should say more, e.g. whose registration it replaced.
+            result = spec.resolve_replacement()(record, owner, name, raw)
             undo, detail = result if isinstance(result, tuple) else (result, "")
         else:
-            undo, detail = _swap(record, owner, name, raw), ""
+            undo, detail = _swap(record, owner, name, raw, retry), ""
             if undo is None:
                 return
     except Drifted as exc:
@@ -72,7 +48,7 @@ def install(record, module, late: bool) -> None:
     record.set(state.APPLIED_LATE if late else state.APPLIED, detail)
 
 
-def _swap(record, owner, name, raw):
+def _swap(record, owner, name, raw, retry):
     spec = record.spec
     # staticmethod/classmethod objects are unwrapped, routed, and wrapped again in the same descriptor type.
     descriptor = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
@@ -98,7 +74,7 @@ def _swap(record, owner, name, raw):
             raise Skip(str(exc)) from None
         new = scope.make_router(original, rewritten, record)
     else:
-        new = scope.make_entry(original, record)
+        new = scope.make_entry(original, record, retry)
     new_raw = descriptor(new) if descriptor else new
     had_own = not isinstance(owner, type) or name in vars(owner)
     setattr(owner, name, new_raw)

@@ -21,106 +21,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import threading
-import time
+
+from . import runs
 
 _RUN: contextvars.ContextVar = contextvars.ContextVar("autopatch_export_run", default=None)
 #: Records of installed patches by id. Hits are counted by id because dynamo passes only constants (the id
 #: string) to a constant-result function.  A patch missing here is not installed: its router is inert.
 _RECORDS: dict = {}
-_last_run = None
-#: Every finished run of this process, for EXPORT_PATCHES_REPORT.
-_runs: list = []
-_runs_lock = threading.Lock()
-#: ``fn(exception) -> bool`` called when an outermost export fails; True: it changed something (installed a
-#: rewrite), so the export runs again. Set by the agent under EXPORT_PATCHES_REWRITE=auto.
-on_export_failure = None
-#: ``fn(result, entry_args, entry_kwargs, may_retry) -> result or RETRY`` called when an outermost export
-#: succeeds: RETRY when it installed a rewrite that removes a guard the result holds (a size relation fixed through
-#: min/max), so the export runs again; else the result to return (it may raise instead). Set with
-#: on_export_failure.
-on_export_result = None
-RETRY = object()
-MAX_RETRIES = 8
 #: ``fn(entry_args, entry_kwargs) -> undo`` run when an outermost export starts in this thread, undone when it
 #: ends: for patches that must see the module being exported (forward pre-hooks). A hook that raises is logged
 #: and left out; it never fails the export.
 _START_HOOKS: list = []
-
-
-class ExportRun:
-    """What one export in scope used: which patches ran and how often."""
-
-    def __init__(self, entry: str):
-        self.entry = entry
-        self.thread = threading.current_thread().name
-        self.started = time.time()
-        self.seconds = None
-        self.hits: dict[str, int] = {}
-        self.error = None
-        #: What the agent decided for this export besides patch hits (a layout it stepped aside from).
-        self.notes: list[str] = []
-        #: The entry points this run called (torch.onnx.export's tries of torch.export, non-strict then strict;
-        #: torch.export.export's _export): each with its time, outcome and the hits made inside it.
-        self.stages: list[dict] = []
-        self._in_stage = False
-        #: EXPORT_PATCHES_REWRITE=auto: ``(patch id, what asked for it)`` per rewrite installed during this run:
-        #: the export's error, or the program that held a size-relation guard.
-        self.rewrites: list = []
-
-    def stage(self, entry: str, call, args, kwargs):
-        """Runs a nested entry point as one stage of this run. Only the first level is a stage: what it calls in
-        turn (torch.export.export -> _export) belongs to it."""
-        if self._in_stage:
-            return call(*args, **kwargs)
-        before, started, error = dict(self.hits), time.time(), None
-        self._in_stage = True
-        try:
-            return call(*args, **kwargs)
-        except BaseException as exc:
-            error = one_line(exc)
-            raise
-        finally:
-            self._in_stage = False
-            self.stages.append({"entry": entry, "seconds": round(time.time() - started, 3), "error": error,
-                                "patches": _added(before, self.hits)})
-
-    def as_dict(self) -> dict:
-        report = {
-            "entry": self.entry,
-            "thread": self.thread,
-            "seconds": self.seconds,
-            "error": self.error,
-            "patches": dict(sorted(self.hits.items())),
-            "notes": list(self.notes),
-            "stages": list(self.stages),
-        }
-        if self.stages and self.seconds is not None:
-            # What the outer entry did besides its stages: for torch.onnx.export, the conversion (decompositions
-            # and translations included) and the model's eager runs.
-            inside = sum(stage["seconds"] for stage in self.stages)
-            report["outside_stages"] = {"seconds": round(max(self.seconds - inside, 0.0), 3),
-                                        "patches": _added(_summed(self.stages), self.hits)}
-        return report
-
-
-def _added(before: dict, after: dict) -> dict:
-    """The hits made since ``before``, by patch."""
-    return {key: count - before.get(key, 0) for key, count in sorted(after.items()) if count != before.get(key, 0)}
-
-
-def _summed(stages: list) -> dict:
-    total: dict = {}
-    for stage in stages:
-        for key, count in stage["patches"].items():
-            total[key] = total.get(key, 0) + count
-    return total
-
-
-def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``: how a run names its error."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def in_export() -> bool:
@@ -144,11 +55,6 @@ def outside_export():
         yield
     finally:
         _RUN.reset(token)
-
-
-def last_run():
-    """The most recent export that finished, in any thread."""
-    return _last_run
 
 
 def count_hit(patch_id: str) -> None:
@@ -259,13 +165,13 @@ def _torchscript_default(original):
     return takes_torchscript
 
 
-def make_entry(original, record):
-    """Wraps an export entry point so that the current thread is in export scope while it runs."""
+def make_entry(original, record, retry=None):
+    """Wraps an export entry point so that the current thread is in export scope while it runs. ``retry``: the
+    ``runs.RetryPolicy`` of the agent that installs it (EXPORT_PATCHES_REWRITE=auto), or None: one round."""
     entry_name = record.spec.target_name
     takes_torchscript = _torchscript_default(original) if entry_name == "torch.onnx.export" else None
 
     def export_entry(*args, **kwargs):
-        global _last_run
         outer = _RUN.get()
         if outer is not None:
             # Nested (torch.onnx.export -> torch.export.export -> _export): the outermost call owns the run, and
@@ -275,24 +181,23 @@ def make_entry(original, record):
             return original(*args, **kwargs)
         record.hit()
         _prepare_node_tools()
-        run = ExportRun(entry_name)
+        run = runs.ExportRun(entry_name)
         token = _RUN.set(run)
         undos = _start_hooks(args, kwargs)
         try:
-            for attempt in range(MAX_RETRIES + 1):
+            for attempt in range(runs.MAX_RETRIES + 1):
                 try:
                     result = original(*args, **kwargs)
                 except Exception as exc:
-                    retry = on_export_failure
-                    if retry is None or attempt == MAX_RETRIES or not retry(exc):
+                    if retry is None or attempt == runs.MAX_RETRIES or not retry.after_failure(exc):
                         raise
                     continue
-                check = on_export_result
-                outcome = result if check is None else check(result, args, kwargs, attempt < MAX_RETRIES)
-                if outcome is not RETRY:
+                outcome = result if retry is None else retry.after_result(result, args, kwargs,
+                                                                         attempt < runs.MAX_RETRIES)
+                if outcome is not runs.RETRY:
                     return outcome
         except BaseException as exc:
-            run.error = one_line(exc)
+            run.error = runs.one_line(exc)
             raise
         finally:
             for undo in reversed(undos):
@@ -301,9 +206,7 @@ def make_entry(original, record):
                 except Exception:  # a start hook's undo must not hide the export's own outcome
                     pass
             _RUN.reset(token)
-            run.seconds = round(time.time() - run.started, 3)
-            _last_run = run
-            _record(run)
+            runs.finished(run)
 
     functools.update_wrapper(export_entry, original)
     export_entry.__autopatch_original__ = original
@@ -344,26 +247,6 @@ def _start_hooks(args, kwargs) -> list:
 
 def track(record) -> None:
     _RECORDS[record.spec.id] = record
-
-
-def _record(run) -> None:
-    """EXPORT_PATCHES_REPORT=path.json: zero-code users get the per-export record in a file. Never raises:
-    a report that cannot be written must not turn a successful export into a failure."""
-    from . import config
-
-    path = config.read("EXPORT_PATCHES_REPORT")
-    if not path:
-        return
-    import json
-    import logging
-
-    with _runs_lock:
-        _runs.append(run.as_dict())
-        try:
-            with open(path, "w") as f:
-                json.dump({"exports": _runs}, f, indent=2)
-        except OSError as exc:
-            logging.getLogger("autopatch").warning("autopatch: EXPORT_PATCHES_REPORT: cannot write %s: %s", path, exc)
 
 
 def forget(patch_id: str) -> None:

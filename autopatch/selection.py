@@ -82,7 +82,42 @@ def parse(text: str, specs) -> Selection:
         # Only exclusions: "everything but ..." is what such a value can mean.
         included = {s.id for s in specs if s.default}
     ids = tuple(s.id for s in specs if s.id in included and s.id not in excluded)
-    return Selection(text, ids, tuple(problems))
+    return Selection(text, ids, tuple(problems) + _missing_companions(ids, specs))
+
+
+def _missing_companions(ids, specs) -> tuple[str, ...]:
+    """A problem for patches selected without a companion (``PatchSpec.needs``): one line per set of missing
+    companions, naming the patches that need them."""
+    chosen = set(ids)
+    known = {spec.id for spec in specs}
+    by_missing: dict[tuple, list[str]] = {}
+    for spec in specs:
+        if spec.id not in chosen or not spec.needs:
+            continue
+        missing = []
+        for need in spec.needs:
+            if _is_glob(need):  # rare (opt-in rows): fnmatch is not imported at start-up otherwise
+                import fnmatch
+
+                missing += [other.id for other in specs if other.id not in chosen
+                            and fnmatch.fnmatchcase(other.id, need)]
+            elif need in known and need not in chosen:
+                missing.append(need)
+        if missing:
+            by_missing.setdefault(tuple(dict.fromkeys(missing)), []).append(spec.id)
+    return tuple(
+        f"EXPORT_PATCHES: selected {_some(needers)} without {'its companion' if len(missing) == 1 else 'companions'} "
+        f"{_some(missing)}; select them together, or none of them"
+        for missing, needers in by_missing.items()
+    )
+
+
+def _some(ids) -> str:
+    return ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+
+def _is_glob(name: str) -> bool:
+    return any(c in name for c in "*?[")
 
 
 def _match(name: str, specs, negate: bool):

@@ -23,7 +23,7 @@ FAMILIES = ("agent", "torch", "transformers", "pytree", "rewrite", "custom")
 
 
 _FIELDS = ("id", "family", "trigger", "target", "mode", "replacement", "requires", "fingerprints", "reason", "link",
-           "default")
+           "default", "needs")
 
 
 class PatchSpec:
@@ -45,8 +45,9 @@ class PatchSpec:
         #: ``"module:attribute"``, resolved only when the patch is installed (custom patches may give the
         #: callable). Empty for ``entry`` patches.
         replacement: object = "",
-        #: PEP 440 requirements on installed distributions, checked from metadata before the patch is installed.
-        requires: tuple[tuple[str, str], ...] = (),
+        #: PEP 508 requirements on installed distributions (``"transformers>=4.56,<5"``), checked from metadata
+        #: before the patch is installed. (``("transformers", ">=4.56,<5")`` pairs, the older form, are accepted.)
+        requires: tuple[str, ...] = (),
         #: Fingerprints (``fingerprint.of``) of the original source this patch was written against. Empty: the
         #: original is wrapped rather than rewritten, so its source does not matter.
         fingerprints: tuple[str, ...] = (),
@@ -54,12 +55,16 @@ class PatchSpec:
         link: str = "",
         #: Selected by ``EXPORT_PATCHES=1``. Opt-in patches must be named.
         default: bool = True,
+        #: Companions: ids (or globs) of the patches this one works only with. Selecting it without them is
+        #: reported ("selected X without its companion Y"), never silently half applied.
+        needs: tuple[str, ...] = (),
     ):
         fields = self.__dict__
         fields["id"], fields["family"], fields["trigger"], fields["target"], fields["mode"] = (
             id, family, trigger, target, mode)
+        requires = tuple(item if isinstance(item, str) else "".join(item) for item in requires)
         fields["replacement"], fields["requires"], fields["fingerprints"] = replacement, requires, fingerprints
-        fields["reason"], fields["link"], fields["default"] = reason, link, default
+        fields["reason"], fields["link"], fields["default"], fields["needs"] = reason, link, default, tuple(needs)
         if mode not in MODES:
             raise ValueError(f"patch {id!r}: mode {mode!r} is not one of {', '.join(MODES)}")
         if family not in FAMILIES:
@@ -97,7 +102,7 @@ class PatchSpec:
 
     @property
     def requirement_text(self) -> str:
-        return ", ".join(f"{dist}{spec}" for dist, spec in self.requires) or "-"
+        return ", ".join(self.requires) or "-"
 
     def resolve_replacement(self):
         if callable(self.replacement):  # custom patches may hand the function itself
@@ -125,3 +130,22 @@ def owner_and_name(module, target: str):
     for part in path:
         owner = getattr(owner, part)
     return owner, name
+
+
+def table_row(name: str, fields: tuple[str, ...]):
+    """The row type of an area's model table: a tuple whose items are also attributes by name, as
+    ``collections.namedtuple`` makes them (written out: the tables are read at start-up, where importing
+    ``collections`` would cost more than all of them)."""
+
+    def __new__(cls, *values):
+        if len(values) != len(fields):
+            raise TypeError(f"{name} takes {len(fields)} values ({', '.join(fields)}), got {len(values)}")
+        return tuple.__new__(cls, values)
+
+    def __repr__(self):
+        return f"{name}(" + ", ".join(f"{field}={value!r}" for field, value in zip(fields, self)) + ")"
+
+    namespace = {"__slots__": (), "_fields": fields, "__new__": __new__, "__repr__": __repr__}
+    for index, field in enumerate(fields):
+        namespace[field] = property(lambda self, index=index: self[index], doc=f"column {index}: {field}")
+    return type(name, (tuple,), namespace)

@@ -87,6 +87,7 @@ class PatchRecord:
             "detail": self.detail,
             "hits": self.hits,
             "default": spec.default,
+            "needs": list(spec.needs),
             "reason": spec.reason,
             "link": spec.link,
         }

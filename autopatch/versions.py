@@ -42,33 +42,47 @@ def unmet(requires) -> str:
     return why
 
 
+def _text(requirement) -> str:
+    """A requirement as written: PEP 508 (``'transformers>=4.56,<5'``), or the older pair
+    ``('transformers', '>=4.56,<5')`` joined."""
+    return requirement if isinstance(requirement, str) else "".join(requirement)
+
+
+def _parsed(requirement):
+    """A requirement as (distribution, SpecifierSet)."""
+    from packaging.requirements import Requirement
+
+    parsed = Requirement(_text(requirement))
+    return parsed.name, parsed.specifier
+
+
 def _why_unmet(requires) -> str:
-    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
-    for dist, spec in requires:
+    for requirement in requires:
+        dist, spec = _parsed(requirement)
         version = installed(dist)
         if version is None:
-            return f"needs {dist}{spec}, not installed"
-        if not SpecifierSet(spec).contains(Version(version), prereleases=True):
-            return f"needs {dist}{spec}, found {version}"
+            return f"needs {_text(requirement)}, not installed"
+        if not spec.contains(Version(version), prereleases=True):
+            return f"needs {_text(requirement)}, found {version}"
     return ""
 
 
 def unmet_clauses(requires) -> str:
     """Only the clauses the installed versions fail, canonical ('transformers<5' for 'transformers>=4.56,<5'
     on 5.23), so that patches gated differently but skipped for the same reason are counted together."""
-    from packaging.specifiers import SpecifierSet
     from packaging.utils import canonicalize_version
     from packaging.version import Version
 
     parts = []
-    for dist, spec in requires:
+    for requirement in requires:
+        dist, spec = _parsed(requirement)
         version = installed(dist)
         if version is None:
             parts.append(f"{dist} (not installed)")
             continue
-        failed = {f"{s.operator}{canonicalize_version(s.version)}" for s in SpecifierSet(spec)
+        failed = {f"{s.operator}{canonicalize_version(s.version)}" for s in spec
                   if not s.contains(Version(version), prereleases=True)}
         if failed:
             parts.append(dist + ",".join(sorted(failed)))
@@ -77,12 +91,8 @@ def unmet_clauses(requires) -> str:
 
 def parse_requirement_text(text: str) -> tuple:
     """The inverse of ``PatchSpec.requirement_text`` ('transformers>=4.56,<5, torch>=2.9', or '-'), for code
-    that has only the status structure."""
+    that has only the status structure: the PEP 508 strings a row declares."""
     import re
 
-    pairs = []
-    for part in text.split(", "):
-        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)(.*)$", part.strip())
-        if match and part.strip() != "-":
-            pairs.append((match.group(1), match.group(2)))
-    return tuple(pairs)
+    # A requirement starts with a name; a comma followed by an operator continues the one before.
+    return tuple(part.strip() for part in re.split(r", (?=[A-Za-z])", text) if part.strip() not in ("", "-"))

@@ -573,7 +573,8 @@ def _torch_cases():
     ]
 
 
-#: The tests' tiny VLMs (tests/vlm_zoo.py: one definition for tests and benchmarks), imported when a case is built.
+#: The package's tiny VLMs (autopatch.models.vlms: one definition for tests and benchmarks), imported when a case is
+#: built.
 VLM_ZOO = [("vipllava", "VipLlavaConfig"), ("paligemma", "PaliGemmaConfig"), ("aya_vision", "AyaVisionConfig"),
            ("internvl", "InternVLConfig"), ("got_ocr2", "GotOcr2Config"), ("cohere2_vision", "Cohere2VisionConfig"),
            ("fuyu", "FuyuConfig")]
@@ -583,12 +584,9 @@ IDEFICS_ZOO = [("idefics2", "Idefics2Config"), ("idefics3", "Idefics3Config"), (
 
 
 def _vlm_zoo():
-    import sys
+    from autopatch.models import vlms
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import vlm_zoo
-
-    return vlm_zoo
+    return vlms
 
 
 # What the tests' zoo pins for the tests' own regimes, given back to each text config class here: the zoo's

@@ -51,7 +51,7 @@ def run(model_type: str, kind: str) -> dict:
 
     torch.set_num_threads(1)
     started = time.perf_counter()
-    arch = next((a for a in tiny.architectures([kind]) if a.model_type == model_type), None)
+    arch = tiny.architecture(model_type, kind)
     result = {"model_type": model_type, "kind": kind, "class_name": arch.class_name if arch else None,
               "build": None, "steps": {}}
     try:

@@ -16,7 +16,8 @@ def _activate():
     if os.environ.get("EXPORT_PATCHES", "").strip().lower() in ("", "0", "none", "off", "false", "no"):
         return
     try:
-        import autopatch  # noqa: F401  (importing the package is the door; it names this module as importer)
+        sys._autopatch_door = "sitecustomize"  # read (and removed) by the package's bootstrap
+        import autopatch  # noqa: F401  (importing the package is the door)
     except Exception as exc:
         sys.stderr.write(f"autopatch: sitecustomize door failed: {type(exc).__name__}: {exc}\n")
 

@@ -76,23 +76,23 @@ def write_plugin(directory) -> None:
     the real plugin door, so that `autopatch status` shows them without any code of the test in its process."""
     (directory / "autopatch_status_target.py").write_text("VALUE = 1\n")
     (directory / "autopatch_status_plugin.py").write_text('''\
-from autopatch.install import Drifted, Skip
+from autopatch.kit import Drifted, Skip
 from autopatch.spec import PatchSpec
 
 
-def works(owner, name, original):
+def works(record, owner, name, original):
     return lambda: ""
 
 
-def raises(owner, name, original):
+def raises(record, owner, name, original):
     raise RuntimeError(f"boom while installing on {name}")
 
 
-def drifts(owner, name, original):
+def drifts(record, owner, name, original):
     raise Drifted(f"source of {name} changed (written against 0123abcd, found 4567ef01); not applied")
 
 
-def keeps(owner, name, original):
+def keeps(record, owner, name, original):
     raise Skip(f"{name} is already a pytree node registered by someone.else; kept that registration")
 
 

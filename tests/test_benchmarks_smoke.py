@@ -269,7 +269,8 @@ def test_export_family_child_times_each_case_and_reports_failures():
 
 def test_the_benchmark_vlm_list_is_the_tests_zoo():
     import catalogue
-    import vlm_zoo
+
+    from autopatch.models import vlms as vlm_zoo
 
     assert [name for name, _ in catalogue.VLM_ZOO] == list(vlm_zoo.NAMES)
     assert [name for name, _ in catalogue.IDEFICS_ZOO] == list(vlm_zoo.IDEFICS)

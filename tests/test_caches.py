@@ -379,7 +379,7 @@ def test_attribute_codec_keeps_the_attribute_order_when_a_list_fills_later():
     """A model-local cache whose key list is empty when flattened (a prefill's input) and filled by the model: the
     rebuilt object must flatten in the eager object's order, or the program's output cache would not match the
     spec of the next step's input (seen with 4.57 FalconH1's cache, prefill program -> decode program)."""
-    from autopatch.patches.cache_attributes import make_attribute_codec
+    from autopatch.areas.pytree.cache_attributes import make_attribute_codec
 
     class LocalCache:
         def __init__(self):
@@ -523,7 +523,7 @@ def test_static_cache_with_sliding_layers_is_exact_or_refused(pytree_patches, mo
             program.module()(**copy.deepcopy(elsewhere))
     # Without the count in the context, the rebuilt layers start from 0 and take the wrong branch: wrong numbers
     # at the traced count already, silently.
-    from autopatch.patches import pytree_caches
+    from autopatch.areas.pytree import caches as pytree_caches
 
     monkeypatch.setattr(pytree_caches, "INT_COUNTERS", ())
     with torch.no_grad():

@@ -164,9 +164,9 @@ def test_a_sparse_attention_indexers_keys_travel_with_the_cache(make_agent, monk
     shapes."""
     import proving
     from autopatch.models import tiny
-    from autopatch.patches import pytree_caches
+    from autopatch.areas.pytree import caches as pytree_caches
 
-    arch = next(a for a in tiny.architectures(("causal",)) if a.model_type == model_type)
+    arch = tiny.architecture(model_type, "causal")
     model = tiny.build(arch)
     traced, other, third = (tiny.inputs(model, arch, "decode", k) for k in range(3))
     make_agent(registry.PATCHES, "all")

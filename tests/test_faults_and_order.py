@@ -24,7 +24,7 @@ broken = [
               fingerprints=("000000000000",)),
     # An installer that checks the source itself (dynamic RoPE's) given another function: drifted too.
     PatchSpec("test.installer_drifted", "transformers", "scope_target", "double", "install",
-              "autopatch.patches.transformers_rope:install_dynamic_rope_update"),
+              "autopatch.areas.rope.dynamic:install_dynamic_rope_update"),
 ]
 agent = Agent(registry.EXPORT_ENTRY_POINTS, list(registry.PATCHES) + broken)
 agent.enable("all")

@@ -63,7 +63,7 @@ def test_patches_involved_in_graph_and_report(routed):
     # The program computes the replacement (triple), eager code outside the export the original (double).
     assert torch.equal(program.module()(x), scope_target.triple(x) + 1)
     assert torch.equal(scope_target.UsesDouble()(x), scope_target.double(x) + 1)
-    pairs = autopatch.compat.diffs.involved_in_graph(routed.records.values(), program.graph)
+    pairs = autopatch.compat.attribution.involved_in_graph(routed.records.values(), program.graph)
     assert [(record.spec.id, [n.target for n in nodes]) for record, nodes in pairs] == [
         ("test.double", [torch.ops.aten.mul.Tensor])]
     text = autopatch.make_report(pairs)
@@ -189,7 +189,7 @@ def test_yobx_broadcast_example_runs_with_only_the_import_changed(agent):
     assert details.n_patches == len(listed) >= 2 and all(family == "torch" for family, _ in listed)
     assert ("torch", "torch.broadcast.infer_size") in listed
     assert diffs["torch.broadcast.infer_size"][1:3] == [
-        "--- original torch._subclasses.fake_impls.infer_size", "+++ patched autopatch.patches.torch_shapes:infer_size"]
+        "--- original torch._subclasses.fake_impls.infer_size", "+++ patched autopatch.areas.torch_shapes.fixes:infer_size"]
     # Four independent symbols: the program takes (1, 3) + (4, 3) and (4, 5) + (4, 1), as eager does.
     for x, y in (((1, 3), (4, 3)), ((4, 5), (4, 1))):
         a, b = torch.randn(x), torch.randn(y)
@@ -204,7 +204,7 @@ def test_patches_function_survives_the_patch_modules_being_imported():
     code = (
         "import autopatch\n"
         "autopatch.enable('all')\n"
-        "import transformers.cache_utils, autopatch.patches.pytree_caches\n"
+        "import transformers.cache_utils, autopatch.areas.pytree.caches\n"
         "records = autopatch.patches()\n"
         "assert any(r.spec.id == 'pytree.dynamic_cache' and r.state.startswith('applied') for r in records)\n"
         "print('OK', len(records))\n"

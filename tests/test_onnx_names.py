@@ -9,7 +9,7 @@ import autopatch
 import zoo
 from conftest import needs_onnx, requires
 
-# The torch.onnx rows these tests prove are measured on torch 2.13 to 2.15 (registry.TORCH_ONNX); 2.9's exporter
+# The torch.onnx rows these tests prove are measured on torch 2.13 to 2.15 (autopatch.areas.bounds.TORCH_ONNX); 2.9's exporter
 # is another one, and the rows are not installed there.
 pytestmark = requires("torch>=2.13")
 

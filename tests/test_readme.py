@@ -1,4 +1,4 @@
-"""The README documents what the code declares: the variables table and the quick-start commands."""
+"""The README documents what the code declares: the variables and shipped-patches tables, the quick-start commands."""
 
 from autopatch import config, registry
 from conftest import REPO
@@ -19,18 +19,20 @@ def test_quick_start_commands_exist_and_ci_runs_the_test_one():
     assert "EXPORT_PATCHES=1 .venv/bin/python examples/train_export.py" in (REPO / "scripts/example.sh").read_text()
 
 
-def test_every_shipped_patch_is_documented():
-    """Each id, or a glob that matches it, is in the first cell of a row of the shipped-patches table."""
-    import fnmatch
-    import re
+def test_shipped_patches_table_is_the_generated_one():
+    start = README.index("<!-- generated from autopatch/areas/*/rows.py")
+    end = README.index("<!-- end of generated patches table -->")
+    assert README[start:end].split("\n", 1)[1].strip() == registry.markdown_table()
 
-    table = README[README.index("## Shipped patches"):]
-    table = table[:table.index("\n\n", table.index("| id |"))]
-    named = []
-    for row in table.splitlines()[2:]:
-        for name in re.findall(r"`([^`]+)`", row.split("|")[1]):
-            # `.minimax` after `transformers.moe.mixtral`: the same prefix as the first id of the row
-            named.append(named[-1].rpartition(".")[0] + name if name.startswith(".") else name)
-    for spec in registry.PATCHES:
-        assert any(fnmatch.fnmatchcase(spec.id, name) for name in named), spec.id
-    assert all(any(fnmatch.fnmatchcase(s.id, name) for s in registry.PATCHES) for name in named), named
+
+def test_every_row_is_named_by_exactly_one_line_of_its_area():
+    """Each row, by its id or a glob, in one README line of its own area; each name there names a row."""
+    import fnmatch
+
+    for area in registry.AREAS:
+        names = [name for names, _ in area.SUMMARIES for name in names]
+        for row in area.ROWS:
+            lines = [names for names, _ in area.SUMMARIES if any(fnmatch.fnmatchcase(row.id, n) for n in names)]
+            assert len(lines) == 1, (row.id, lines)
+        for name in names:
+            assert any(fnmatch.fnmatchcase(row.id, name) for row in area.ROWS), (area.__name__, name)

@@ -17,6 +17,7 @@ from packaging.version import Version
 
 import autopatch
 from autopatch import registry
+from autopatch.areas.fp16_clamp import rows as fp16_rows
 from autopatch.diffs import format_diff
 from autopatch.rewrite import NotRewritable, rewrite_tensor_conditions
 from autopatch.spec import PatchSpec
@@ -164,12 +165,12 @@ MODELS = {
                         dict(attention_type="original_full")),
 }
 CLAMP = [pytest.param(model, marks=pytest.mark.requires("transformers>=5")) if model == "bigbird_pegasus"
-         else model for model, _ in registry.FP16_CLAMP_LAYERS]
+         else model for model, _ in fp16_rows.FP16_CLAMP_LAYERS]
 # bigbird_pegasus on 4.57.6 fails later in float32 too (a size mismatch in its decoder): its row is proven on 5.x.
 
 
 def test_every_clamp_row_has_a_model_here():
-    assert {model for model, _ in registry.FP16_CLAMP_LAYERS} == set(MODELS)
+    assert {model for model, _ in fp16_rows.FP16_CLAMP_LAYERS} == set(MODELS)
 
 
 def _build16(name):

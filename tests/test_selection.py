@@ -63,3 +63,29 @@ def test_malformed_values_name_the_bad_item(text):
     sel = parse(text, TABLE)
     assert len(sel.problems) == 1
     assert "valid:" in sel.problems[0]
+
+
+def test_a_patch_selected_without_its_companion_is_reported_with_both_names():
+    from autopatch import registry
+
+    sel = parse("all,-torch.broadcast.infer_size", registry.PATCHES)
+    assert "torch.broadcast.fast_binary" in sel.ids and "torch.broadcast.infer_size" not in sel.ids
+    assert sel.problems == ("EXPORT_PATCHES: selected torch.broadcast.fast_binary without its companion "
+                            "torch.broadcast.infer_size; select them together, or none of them",)
+    # A glob companion: the refs rows go together, and with torch.backed_size_oblivious.
+    (problem,) = parse("torch.broadcast_refs.*", registry.PATCHES).problems
+    assert "without its companion torch.backed_size_oblivious" in problem and "and 3 more" in problem
+    # Selecting both, or every default, reports nothing.
+    assert parse("all", registry.PATCHES).problems == ()
+    assert parse("torch.broadcast_refs.*,torch.backed_size_oblivious", registry.PATCHES).problems == ()
+
+
+def test_every_declared_companion_names_a_shipped_patch():
+    import fnmatch
+
+    from autopatch import registry
+
+    ids = [spec.id for spec in registry.PATCHES]
+    for spec in registry.PATCHES:
+        for need in spec.needs:
+            assert any(fnmatch.fnmatchcase(i, need) for i in ids if i != spec.id), (spec.id, need)

@@ -144,7 +144,7 @@ def test_pure_sliding_cache_needs_the_attention_mask_count(sliding_agent, monkey
     """Mistral, every layer sliding, traced beyond its window: the program takes the count of seen tokens from the
     attention mask. Without that pre-hook the cache says it has seen only the tokens it holds, and the export
     is refused (never a program with wrong positions)."""
-    from autopatch.patches import transformers_sliding
+    from autopatch.areas.sliding_windows import layers as transformers_sliding
 
     model, config = build("mistral", 4)
     traced = decode_inputs(model, config, batch=2, past=9, new=2, seed=1)

@@ -154,7 +154,7 @@ def test_both_layouts_for_every_layer_kind(agent):
     walks the same and holds the same tensors."""
     from transformers.exporters.utils import get_leaf_tensors
 
-    from autopatch.patches import transformers_exporters
+    from autopatch.areas.exporters import flat_layout as transformers_exporters
 
     agent.enable("1")
     for name, cache in _caches().items():
@@ -182,7 +182,7 @@ def test_both_layouts_for_every_layer_kind(agent):
 
 def test_walk_spec_survives_a_dump_and_load(agent):
     """transformers' metadata writes the program's specs with treespec_dumps and its runner reads them back."""
-    from autopatch.patches import transformers_exporters
+    from autopatch.areas.exporters import flat_layout as transformers_exporters
 
     agent.enable("1")
     cache = _caches()["mistral"]
@@ -222,14 +222,14 @@ class NestedStateCache(transformers.DynamicCache):
 
 
 def test_a_cache_the_walk_cannot_permute_is_deferred_to_transformers(agent):
-    from autopatch import scope
-    from autopatch.patches import transformers_exporters
+    from autopatch import runs, scope
+    from autopatch.areas.exporters import flat_layout as transformers_exporters
 
     agent.enable("1")
     cache = NestedStateCache()
     cache.update(torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4), 0)
     cache.extra = {"state": torch.randn(2, 5)}
-    run = scope.ExportRun("test")
+    run = runs.ExportRun("test")
     run_token, flag = scope._RUN.set(run), transformers_exporters._FLAT_GRAPH.set(True)
     try:
         leaves, spec = pytree.tree_flatten(cache)
@@ -251,7 +251,7 @@ def test_flattening_by_a_spec_follows_the_layout_it_was_written_with(agent):
     import torch.fx._pytree as fx_pytree
     from transformers.exporters.utils import get_leaf_tensors
 
-    from autopatch.patches import transformers_exporters
+    from autopatch.areas.exporters import flat_layout as transformers_exporters
 
     agent.enable("1")
     for name, cache in _caches().items():

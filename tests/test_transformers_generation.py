@@ -79,7 +79,7 @@ def test_new_tokens_only_program_fails_without_and_matches_eager_with(make_agent
 def test_the_replacement_equals_the_eager_preparation():
     from transformers.generation.utils import GenerationMixin
 
-    from autopatch.patches.transformers_generation import cache_dependant_input_preparation
+    from autopatch.areas.generation.inputs import cache_dependant_input_preparation
 
     original = GenerationMixin._cache_dependant_input_preparation_exporting
     g = torch.Generator().manual_seed(0)

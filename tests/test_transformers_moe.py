@@ -168,7 +168,7 @@ def catalogue_case(model_type, row, step="decode"):
     from autopatch.models import tiny
 
     def build_case():
-        arch = next(a for a in tiny.architectures(("causal",)) if a.model_type == model_type)
+        arch = tiny.architecture(model_type, "causal")
         model = tiny.build(arch)
         traced, other, third = (tiny.inputs(model, arch, step, k) for k in range(3))
         return model, traced, other, [other, third]  # batch, past and new tokens all differ from traced

@@ -17,7 +17,8 @@ from torch.export import Dim
 
 import autopatch
 from autopatch import registry
-from autopatch.patches import transformers_packed_vision as packed
+from autopatch.areas.packed_vision import rows as packed_rows
+from autopatch.areas.packed_vision import packed as packed
 from conftest import requires, run_py
 
 IMAGE, VIDEO, VISION_START = 120, 121, 122
@@ -50,7 +51,7 @@ def _rows(model):
 
 def _strict_rows(model):
     """What strict=True needs on top (Qwen2.5-VL and 4.57: nothing; the export test shows it)."""
-    if model in registry.PLACEHOLDER_CHECK_STRICT:
+    if model in packed_rows.PLACEHOLDER_CHECK_STRICT:
         return (f"transformers.vision.{model}_placeholder_check_packed",)
     return ()
 
@@ -192,7 +193,7 @@ def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
         _export(module, model)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in registry.PLACEHOLDER_CHECK_STRICT])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT])
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail."""
     module = _build(model)
@@ -281,7 +282,7 @@ def _random_batches(model, seed, count=60):
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in MODELS_5])
 def test_rope_index_equals_upstream_on_mixed_batches(model):
     """The replacement of each 5.23 model against its own get_rope_index, with and without an attention mask."""
-    rope = next(row for row in registry.PACKED_VISION_MODELS if row[0] == model)[-1]
+    rope = next(row for row in packed_rows.PACKED_VISION_MODELS if row.model == model).rope_index
     replacement = getattr(packed, rope)  # GLM-4V: Qwen3-VL's, with its batches (a vision start before each frame)
     language = _build(model).model
     rng = random.Random(1)

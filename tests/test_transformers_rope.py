@@ -20,7 +20,7 @@ import proving
 import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
-from autopatch.patches import transformers_rope
+from autopatch.areas.rope import dynamic as transformers_rope
 from conftest import run_py
 from proving import Proof
 
@@ -80,28 +80,24 @@ def decode_case(name):
     return Proof(f"{name}/decode", build_case, rows=(PATCH,), fails_with="data-dependent", reference=eager)
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_prefill_fails_without_the_patch(make_agent, name):
-    proving.fails_without(prefill_case(name), make_agent)
+#: The steps each model is proven on: a prefill across the original length, a decode step with its cache.
+STEPS = {"prefill": prefill_case, "decode": decode_case}
 
 
+@pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("name", MODELS)
-def test_prefill_exports_and_matches_eager_across_the_original_length(make_agent, name):
-    proving.exports_with(prefill_case(name), make_agent)
+def test_fails_without_the_patch(make_agent, name, step):
+    proving.fails_without(STEPS[step](name), make_agent)
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("name", MODELS)
+def test_exports_and_matches_eager_at_other_sizes(make_agent, name, step):
+    proving.exports_with(STEPS[step](name), make_agent)
 
 
 def test_prefill_strict_fails_without_and_exports_with_the_patch(make_agent):
     proving.prove(prefill_case("llama", strict=True), make_agent)
-
-
-@pytest.mark.parametrize("name", MODELS)
-def test_decode_fails_without_the_patch(make_agent, name):
-    proving.fails_without(decode_case(name), make_agent)
-
-
-@pytest.mark.parametrize("name", MODELS)
-def test_decode_with_cache_exports_and_matches_eager(make_agent, name):
-    proving.exports_with(decode_case(name), make_agent)
 
 
 def _rotary(model):
@@ -193,7 +189,7 @@ print("OK")
 
 def test_spec_fingerprints_match_the_installer():
     spec = next(s for s in registry.PATCHES if s.id == PATCH)
-    assert spec.fingerprints == tuple(transformers_rope.FINGERPRINTS)
+    assert transformers_rope.PYTHON_LONGROPE <= set(spec.fingerprints)
     import transformers.modeling_rope_utils as rope_utils
     from autopatch import fingerprint
 

@@ -200,7 +200,7 @@ def test_gated_delta_scan_equals_upstream(name):
     """The rewritten function against the original, in eager, with and without an initial state."""
     import importlib
 
-    from autopatch.patches.transformers_ssm import gated_delta_chunks_as_scan
+    from autopatch.areas.state_space.scans import gated_delta_chunks_as_scan
 
     original = importlib.import_module(f"transformers.models.{name}.modeling_{name}").torch_chunk_gated_delta_rule
     rewritten = gated_delta_chunks_as_scan(original)

@@ -118,7 +118,7 @@ def test_eager_is_unchanged_and_the_features_concatenate_the_same(agent):
             assert torch.equal(model(**OTHER).logits, before)  # outside export: the originals
     finally:
         own.disable()
-    from autopatch.patches import transformers_vision
+    from autopatch.areas.vision import vlm as transformers_vision
 
     features = transformers_vision.llava_image_features
     if EARLY_5:  # a rewrite of the version's own source
@@ -215,7 +215,7 @@ def test_gemma3_vlm_exports_with_the_cache_registration_alone_from_5_12(make_age
 
 # --- VLMs that carry Llava's get_placeholder_mask (4.x; 5.0-5.11 its selection check) and Fuyu's image loop (4.x) --
 
-import vlm_zoo  # noqa: E402
+from autopatch.models import vlms as vlm_zoo  # noqa: E402
 
 
 def _vlm_patches(name, *kinds):
@@ -258,7 +258,7 @@ def test_fuyu_needs_its_image_features_patch_too(make_agent):
     with pytest.raises(Exception, match="specialized it to be a constant"):
         _vlm_export("fuyu", model)
     original = vlm_zoo.transformers.models.fuyu.modeling_fuyu.FuyuModel.get_image_features
-    from autopatch.patches.transformers_vision import fuyu_image_features
+    from autopatch.areas.vision.vlm import fuyu_image_features
 
     patches = vlm_zoo.prefill("fuyu", 3, 4, 6)["image_patches"]
     with torch.no_grad():  # the one-element list concatenates to the per-image loop's result

@@ -125,6 +125,11 @@ def architectures(kinds=KINDS) -> list:
                   key=lambda arch: (KINDS.index(arch.kind), arch.model_type))
 
 
+def architecture(model_type: str, kind: str):
+    """The architecture of ``model_type`` with a ``kind`` head in this transformers, or None."""
+    return next((arch for arch in architectures((kind,)) if arch.model_type == model_type), None)
+
+
 def _first(classes) -> str:
     return classes[0] if isinstance(classes, (list, tuple)) else classes
 

@@ -1,0 +1,1 @@
+"""Generation helpers that models call inside their own forward or ``prepare_inputs_for_generation``."""

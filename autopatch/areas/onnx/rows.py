@@ -1,0 +1,102 @@
+"""The rows of this area. Inside ``torch.onnx.export(dynamo=True)``: readable output names and translations for
+operators torchlib lacks.
+"""
+
+from __future__ import annotations
+
+from ...spec import PatchSpec
+from ..bounds import TORCH_ONNX
+
+ROWS = (
+    PatchSpec(
+        id="torch.onnx.output_names_from_paths",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._core",
+        target="export",
+        mode="install",
+        replacement="autopatch.areas.onnx.output_names:install_output_names",
+        requires=TORCH_ONNX,
+        reason="torch.onnx.export(dynamo=True) names inputs by their paths but outputs by FX node (linear_14, "
+        "cat_3): a runtime cannot tell which output is which layer's cache. Without output_names given, outputs "
+        "are named by their paths too (logits, present_key_cache_0 ...); given names are kept.",
+    ),
+    PatchSpec(
+        id="torch.onnx.is_all_true",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_is_all_true",
+        requires=TORCH_ONNX,
+        reason="torch._check_tensor_all (transformers 5.x image-token checks, the agent's vision rows) leaves "
+        "_is_all_true in the program; torch.onnx.export drops the assertion but has no translation for its "
+        "argument ('No ONNX function found'): every vision-language model stopped there. Translated as what it "
+        "computes; the check itself is not in the ONNX model (validate lists such checks).",
+    ),
+    PatchSpec(
+        id="torch.onnx.sdpa_masked_rows",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_sdpa_masked_rows",
+        requires=TORCH_ONNX,
+        reason="scaled_dot_product_attention answers zeros for a query row whose boolean mask hides every key; "
+        "torch.onnx's translation answers the mean of the values, so the ONNX model of every left-padded batch "
+        "disagrees with eager at the padding positions (measured up to 0.5 in the logits). The same translation "
+        "with those rows zeroed (a ReduceMax, an Equal and a Where per attention), in the registries built while "
+        "the thread exports.",
+    ),
+    PatchSpec(
+        id="transformers.moe.onnx_grouped_mm",
+        family="transformers",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_onnx_grouped_mm",
+        requires=("transformers>=5.0", "torch>=2.9"),
+        reason="5.x experts (Mixtral, Qwen3-MoE, DeepSeek-V3...) call transformers' custom operator "
+        "grouped_mm_fallback on CPU; torch.onnx.export(dynamo=True) has no translation for it ('No ONNX function "
+        "found'). Registers one (a MatMul per expert over the rows offs gives it) in the registries built while "
+        "the thread exports; a custom_translation_table still wins.",
+    ),
+)
+
+#: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
+#: (ids or globs, what and why). Every row is named by exactly one line.
+SUMMARIES = (
+    (
+        ('torch.onnx.output_names_from_paths',),
+        '`torch.onnx.export(dynamo=True)` names inputs by their paths but outputs by the FX node that '
+        "made them (`linear_14`, `cat_3`): a runtime cannot tell which output is which layer's cache. "
+        'Unless you pass `output_names`, outputs are named by their paths too, with `present` where the '
+        'matching input says `past_key_values` or `cache_params`: a decode step takes '
+        '`past_key_values_key_cache_0` ... and returns `logits`, `present_key_cache_0` ..., the same on '
+        "4.57 and 5.x (a seq2seq step's unchanged cross-attention cache keeps its input names, where "
+        'torch would append `_orig`).',
+    ),
+    (
+        ('torch.onnx.is_all_true',),
+        "`torch._check_tensor_all` (transformers 5.x states its image-token checks so, as do the agent's "
+        'vision rows) leaves `aten._is_all_true` in the program; `torch.onnx.export` drops the assertion '
+        'but has no translation for its argument, so every vision-language model stopped at conversion. '
+        'Translated as what it computes; the check itself is not in the ONNX model (`autopatch validate` '
+        'lists such checks). Shares one wrapper of `ONNXRegistry.from_torchlib` with the row below.',
+    ),
+    (
+        ('torch.onnx.sdpa_masked_rows',),
+        "torch's `scaled_dot_product_attention` answers zeros for a query row whose boolean mask hides "
+        "every key (each padding token of a left-padded batch); `torch.onnx.export`'s translation answers "
+        'the mean of the values, so the ONNX model of a padded prefill disagreed with eager at the '
+        "padding positions (up to 0.5 in the logits). torchlib's own translation, with those rows zeroed; "
+        'float masks unchanged (torch does not zero them either). Same wrapper.',
+    ),
+    (
+        ('transformers.moe.onnx_grouped_mm',),
+        "5.x experts (Mixtral, Qwen3-MoE, DeepSeek-V3...) run through transformers' custom operator "
+        '`grouped_mm_fallback` on CPU; `torch.onnx.export(dynamo=True)` has no translation for it and '
+        'stops with "No ONNX function found". The row registers one (a MatMul per expert over the rows '
+        '`offs` gives it, zeros past the last) in every ONNX registry built while the thread exports; a '
+        "`custom_translation_table` (transformers' `OnnxExporter` gives one) still wins.",
+    ),
+)

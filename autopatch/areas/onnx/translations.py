@@ -1,0 +1,193 @@
+"""ONNX translations for operators torchlib lacks, added to the registries ``torch.onnx.export`` builds.
+
+``torch.onnx.export(..., dynamo=True)`` converts an exported program node by node through a registry built by
+``ONNXRegistry.from_torchlib``; an operator it has no function for stops the conversion ("No ONNX function found
+for ..."). The rows below each add one translation, as a custom function, to every registry built while the
+current thread exports (``torch.onnx.export`` is an export entry point), so a ``custom_translation_table`` a
+caller gives still wins: those are registered later, and the registry puts the latest custom function first.
+Rows share one wrapper around ``from_torchlib``; each adds or removes its own entry.
+
+* ``transformers.moe.onnx_grouped_mm``: transformers 5.x runs the experts of a mixture-of-experts block (Mixtral,
+  Qwen3-MoE, DeepSeek-V3, ...) through ``_grouped_mm``; on CPU, and whenever ``torch._grouped_mm`` cannot be
+  used, through its own custom operator ``transformers::grouped_mm_fallback``.  torch.export keeps that operator
+  as one opaque node (its eager body loops over ``offs.tolist()``).  transformers' own ONNX exporter brings a
+  translation of its own; a user who calls ``torch.onnx.export`` has none.  Semantics, from the operator's
+  schema: rows of ``input [S, K]`` are sorted by expert; ``offs [E]`` holds each expert's cumulative end row;
+  ``out[r] = input[r] @ weight[e(r)]`` with ``weight [E, K, N]``; rows past ``offs[-1]`` (expert-parallel
+  sentinels) are zero.  The number of experts is a weight dimension, static in every export, so the graph has
+  one MatMul per expert over a row slice whose bounds are read from ``offs`` at run time.
+* ``torch.onnx.is_all_true``: ``torch._check_tensor_all(cond)`` (transformers 5.x states its image-token checks
+  so, and so do the agent's vision rows) leaves ``_assert_async(_is_all_true(cond))`` in the program.  ONNX has
+  no assertion and the converter drops ``_assert_async``, but it still translates its argument, and torchlib
+  has no ``_is_all_true``: every vision-language model stopped there.  Translated as what it computes (all
+  elements true; true for an empty tensor); the check itself is gone from the ONNX model, as every run-time
+  check is (``autopatch validate`` lists them).
+* ``torch.onnx.sdpa_masked_rows``: torch's ``scaled_dot_product_attention`` answers zeros for a query row whose
+  boolean mask hides every key (its safe softmax); torchlib's translation adds the mask as a large negative
+  number and answers the mean of the values instead. Every left-padded batch has such rows (the padding tokens'
+  own), and transformers 5.x gives SDPA boolean masks, so the ONNX model of a padded prefill disagrees with
+  eager at the padding positions (logits, hidden states, the cache entries there), measured up to 0.5. The
+  translation is torchlib's own, with those rows set to zero as torch sets them; float masks are left as they
+  are (torch does not zero them either).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from ... import kit
+
+GROUPED_MM = "transformers.moe.onnx_grouped_mm"
+IS_ALL_TRUE = "torch.onnx.is_all_true"
+SDPA_MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
+
+#: patch id -> [operator resolver, translation, installs]: the rows installed now; the shared wrapper registers
+#: them all.
+_ACTIVE: dict = {}
+#: (owner, name, original raw attribute, our classmethod wrapper) while the shared wrapper is in place.
+_INSTALLED: list = []
+
+
+def _grouped_mm_op():
+    """``torch.ops.transformers.grouped_mm_fallback.default``, or None when transformers (not yet imported, or a
+    version without it) has not registered it."""
+    import torch
+
+    namespace = getattr(torch.ops, "transformers", None)
+    try:
+        return namespace.grouped_mm_fallback.default if namespace is not None else None
+    except AttributeError:
+        return None
+
+
+def grouped_mm_to_onnx(input, weight, offs):
+    """The ONNX graph of ``transformers::grouped_mm_fallback`` (traced by onnxscript at translation time)."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    kit.count_hit(GROUPED_MM)
+    experts = weight.shape[0]
+    if not isinstance(experts, int):
+        raise ValueError(
+            f"{GROUPED_MM}: the number of experts (dimension 0 of the expert weights, {experts!r}) must be static"
+        )
+    rows_axis = op.Constant(value_ints=[0])
+    ends = op.Cast(offs, to=ir.DataType.INT64)
+    start = op.Constant(value_ints=[0])
+    pieces = []
+    for expert in range(experts):
+        end = op.Gather(ends, op.Constant(value_ints=[expert]), axis=0)  # [1]: a Slice bound
+        rows = op.Slice(input, start, end, rows_axis)
+        pieces.append(op.MatMul(rows, op.Gather(weight, op.Constant(value_int=expert), axis=0)))
+        start = end
+    # Rows past the last expert's end (sentinels) are zero in the operator: a zero block as tall as they are.
+    tail_rows = op.Shape(op.Slice(input, start, op.Constant(value_ints=[2**62]), rows_axis), start=0, end=1)
+    tail_shape = op.Concat(tail_rows, op.Shape(weight, start=2, end=3), axis=0)
+    pieces.append(op.Expand(op.CastLike(op.Constant(value_float=0.0), input), tail_shape))
+    return op.Concat(*pieces, axis=0)
+
+
+def _is_all_true_op():
+    import torch
+
+    return torch.ops.aten._is_all_true.default
+
+
+def is_all_true_to_onnx(self):
+    """``aten::_is_all_true``: a bool scalar, whether every element is true (an empty tensor: true, as ReduceMin
+    of nothing is its identity, the largest value)."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    kit.count_hit(IS_ALL_TRUE)
+    as_int = op.Cast(self, to=ir.DataType.INT32)
+    return op.Cast(op.ReduceMin(op.Reshape(as_int, op.Constant(value_ints=[-1])), keepdims=0), to=ir.DataType.BOOL)
+
+
+def _sdpa_op():
+    import torch
+
+    return torch.ops.aten.scaled_dot_product_attention.default
+
+
+def sdpa_to_onnx(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """``aten::scaled_dot_product_attention`` as torchlib translates it, then, under a boolean mask, the rows
+    that attend to no key set to zero (torch's answer for them)."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops import nn
+
+    output = nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                                  enable_gqa)
+    if attn_mask is None or attn_mask.dtype != ir.DataType.BOOL:
+        return output
+    kit.count_hit(SDPA_MASKED_ROWS)
+    # [..., L, 1]: 1 where the row attends to some key; broadcasts over heads and the value dim like the mask.
+    attends = op.ReduceMax(op.Cast(attn_mask, to=ir.DataType.FLOAT), op.Constant(value_ints=[-1]), keepdims=1)
+    hides_every_key = op.Equal(attends, op.Constant(value_float=0.0))
+    return op.Where(hides_every_key, op.CastLike(op.Constant(value_float=0.0), output), output)
+
+
+def install_sdpa_masked_rows(record, owner, name, raw):
+    """Installer of ``torch.onnx.sdpa_masked_rows`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(record, _sdpa_op, sdpa_to_onnx, owner, name, raw)
+
+
+def install_onnx_grouped_mm(record, owner, name, raw):
+    """Installer of ``transformers.moe.onnx_grouped_mm`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(record, _grouped_mm_op, grouped_mm_to_onnx, owner, name, raw)
+
+
+def install_is_all_true(record, owner, name, raw):
+    """Installer of ``torch.onnx.is_all_true`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(record, _is_all_true_op, is_all_true_to_onnx, owner, name, raw)
+
+
+def _install(record, operator, translation, owner, name, raw):
+    """Adds this row's translation; puts the shared wrapper in place if no row has yet. The undo removes the
+    row's entry, and the wrapper with the last one."""
+    patch_id = record.spec.id
+    if not _INSTALLED:
+        _INSTALLED.append((owner, name, raw, _wrap(owner, name, raw)))
+    # Counted: two agents (the process-wide one and a private one) may each install the same row.
+    _ACTIVE.setdefault(patch_id, [operator, translation, 0])[2] += 1
+
+    def undo() -> str:
+        entry = _ACTIVE.get(patch_id)
+        if entry is not None:
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del _ACTIVE[patch_id]
+        if _ACTIVE or not _INSTALLED:
+            return ""
+        owner_, name_, raw_, wrapper = _INSTALLED.pop()
+        if inspect.getattr_static(owner_, name_) is not wrapper:
+            return f"could not restore {owner_.__name__}.{name_}: replaced on top of autopatch's wrapper"
+        setattr(owner_, name_, raw_)
+        return ""
+
+    return undo
+
+
+def _wrap(owner, name, raw):
+    """``from_torchlib`` (a classmethod) wrapped: the registry it builds, plus the active rows' translations while
+    the current thread exports, for operators this process has defined."""
+    # Wrapped, not rewritten: what it needs of the original is a registry with ``register_op`` (torch >= 2.5).
+    original = raw.__func__
+
+    @functools.wraps(original)
+    def from_torchlib(cls, *args, **kwargs):
+        registry = original(cls, *args, **kwargs)
+        if kit.in_export():
+            for operator, translation, _ in list(_ACTIVE.values()):
+                target = operator()
+                if target is not None:
+                    registry.register_op(target, translation)
+        return registry
+
+    from_torchlib.__autopatch_original__ = original
+    from_torchlib.__autopatch_id__ = "onnx translations"
+    wrapper = classmethod(from_torchlib)
+    setattr(owner, name, wrapper)
+    return wrapper

@@ -1,0 +1,430 @@
+"""Vision-language models that pack every image's patches into one sequence (Qwen2-VL's design; transformers 5.23,
+and Qwen2-VL's 4.57 sources, whose pieces are named ``*_4x``).
+
+Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``image_grid_thw [images, 3]``, the
+(frames, rows, columns) of each image. Upstream derives everything else from the *values* of that grid, in Python:
+
+- ``get_vision_position_ids`` loops over ``grid_thw.tolist()`` to lay out each image's (row, column) rotary
+  positions: export fixes the number of images (and reads their sizes).
+- the vision attention splits q/k/v per frame with ``lengths.tolist()`` and attends chunk by chunk: a
+  data-dependent number of chunks (guard ``Eq(u0, 0)``).
+- ``get_image_features`` splits the merged features per image with ``.tolist()``; its only caller concatenates
+  them again at once.
+- (Qwen2.5-VL) the attention windows are listed by a loop over ``grid_thw.tolist()``.
+- (Qwen3-VL) the resampling of the learned position grid pads a tensor one shorter than the number of images.
+- ``get_rope_index`` groups each sample's tokens with ``itertools.groupby`` over ``.tolist()`` and walks the
+  groups in Python to build 3-axis (time, row, column) positions for the language model.
+
+The replacements compute the same values with tensor arithmetic over every patch or token at once, so the number of
+images, their sizes, the batch and the sequence stay symbolic. Patch-wise: a patch finds its image by
+``searchsorted`` over the cumulative patch counts. The chunked attention becomes one attention call with a
+block-diagonal mask (a frame attends to itself only, as the chunks did). Token-wise: each token learns from
+cumulative sums where its group starts and how far the position has advanced before it.
+
+Route and rewrite patches: eager code keeps the originals.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _total(ends) -> int:
+    """The last of cumulative counts (0 for none), as a size: unbacked under export, since it is data."""
+    total = ends[-1].item() if ends.shape[0] else 0
+    torch._check(total >= 0)
+    return total
+
+
+def _locate(counts):
+    """For items laid out group after group (``counts[g]`` items in group g): each item's group and its index in
+    that group, by ``searchsorted`` over the cumulative counts (no loop over the groups)."""
+    ends = counts.cumsum(0)
+    item = torch.arange(_total(ends), device=counts.device)
+    group = torch.searchsorted(ends, item, right=True)
+    return group, item - (ends - counts)[group]
+
+
+def _patch_layout(grid_thw, spatial_merge_size):
+    """Every patch's image, frame, row and column (in patches), for patches laid out image after image, frame
+    after frame and, inside a frame, block-major over ``merge x merge`` blocks (block row, block column, row in
+    block, column in block): decoding a patch's index within its frame in that order gives its (row, column)."""
+    frames, rows, columns = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    if isinstance(spatial_merge_size, int):
+        merge = torch.full_like(rows, spatial_merge_size)
+    else:
+        merge = spatial_merge_size.to(device=rows.device, dtype=rows.dtype)
+    frame_size = rows * columns
+    # The patch count is the grid's data: an unbacked size under export, which the attention rewrite below
+    # equates with the hidden states' length (the upstream code implies it: it adds one to the other).
+    image, in_image = _locate(frames * frame_size)
+    in_frame = in_image % frame_size[image]
+    m = merge[image]
+    blocks_per_row = columns[image] // m
+    row = (in_frame // (m * m * blocks_per_row)) * m + (in_frame // m) % m
+    column = ((in_frame // (m * m)) % blocks_per_row) * m + in_frame % m
+    return image, in_image // frame_size[image], row, column
+
+
+def packed_position_ids(grid_thw, spatial_merge_size, include_temporal=False, kwargs=None):
+    """``transformers.vision_utils.get_vision_position_ids`` (5.23) without the loop over images: the (row,
+    column) of every patch (and its frame first, with ``include_temporal``) from ``_patch_layout``."""
+    if kwargs is not None and (given := kwargs.pop("position_ids", None)) is not None:
+        return given
+    _, frame, row, column = _patch_layout(grid_thw, spatial_merge_size)
+    return torch.stack([frame, row, column] if include_temporal else [row, column], dim=-1)
+
+
+def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, kwargs=None):
+    """``transformers.vision_utils.get_vision_window_index`` (5.23, Qwen2.5-VL's windowed attention) without the
+    loop over ``grid_thw.tolist()``.
+
+    Upstream cuts each frame's merged-token grid into ``side x side`` windows (padding every side to the next
+    multiple, a whole empty window where it divides) and lists the tokens window by window, row-major inside a
+    window; the window bounds are the cumulative window sizes (times the patches per token), repeated bounds of
+    empty windows removed. Here every token gets its window's global number and its place inside it, one sort
+    orders them, and a scatter counts each window."""
+    if kwargs is not None:
+        given = kwargs.pop("window_index", None), kwargs.pop("cu_window_seqlens", None)
+        if given[0] is not None and given[1] is not None:
+            return given
+    side = window_size // spatial_merge_size // patch_size
+    frames = grid_thw[:, 0]
+    rows, columns = grid_thw[:, 1] // spatial_merge_size, grid_thw[:, 2] // spatial_merge_size
+    frame_size = rows * columns
+    image, in_image = _locate(frames * frame_size)  # per merged token
+    frame, in_frame = in_image // frame_size[image], in_image % frame_size[image]
+    row, column = in_frame // columns[image], in_frame % columns[image]
+    across, down = columns // side + 1, rows // side + 1  # windows per row and per column, the padding's
+    windows = frames * down * across
+    window_ends = windows.cumsum(0)
+    window = ((window_ends - windows)[image] + frame * (down * across)[image] + (row // side) * across[image]
+              + column // side)
+    index = torch.argsort(window * side * side + (row % side) * side + column % side)
+    sizes = torch.zeros(_total(window_ends), dtype=torch.long, device=grid_thw.device)
+    sizes = sizes.scatter_add(0, window, torch.ones_like(window))
+    bounds = torch.cat([sizes.new_zeros(1), sizes.cumsum(0) * spatial_merge_size**2]).to(torch.int32)
+    return index, torch.unique_consecutive(bounds)
+
+
+def rot_pos_emb_4x(self, grid_thw):
+    """``rot_pos_emb`` of 4.x Qwen2-VL-style vision towers (Qwen2-VL and Qwen2.5-VL share one source, Qwen3-VL's
+    fills a preallocated table in its loop): a loop over the images for the positions, and a frequency table as
+    long as the largest grid side (a length read from the data). The positions of ``packed_position_ids``, times
+    the frequencies: each entry is the table's ``position * inv_freq``."""
+    positions = packed_position_ids(grid_thw, self.spatial_merge_size)
+    inv_freq = self.rotary_pos_emb.inv_freq
+    return (positions.to(inv_freq.dtype)[..., None] * inv_freq).flatten(1)
+
+
+def qwen2_5_vl_window_index_4x(self, grid_thw):
+    """4.x ``Qwen2_5_VisionTransformerPretrainedModel.get_window_index``: the windows listed by a loop over the
+    images, their bounds as a Python list. ``packed_window_index``'s order and bounds (a tensor: the caller's
+    ``torch.tensor`` and ``unique_consecutive`` keep it as it is)."""
+    return packed_window_index(grid_thw, self.spatial_merge_size, self.window_size, self.patch_size)
+
+
+def _linspace_at(index, steps, end: float):
+    """``torch.linspace(0, end, steps)[index]`` for a tensor of ``steps``, the way torch computes it (float32:
+    the first half counts up from 0, the second half down from ``end``; one step is ``[0]``)."""
+    step = end / (steps - 1).clamp(min=1).to(torch.float32)
+    value = torch.where(index < steps // 2, index * step, end - step * (steps - 1 - index))
+    return torch.where(steps == 1, torch.zeros_like(value), value)
+
+
+def qwen3_vl_position_grid_4x(self, grid_thw):
+    """4.x ``Qwen3VLVisionModel.fast_pos_embed_interpolate``: resamples the learned ``side x side`` position grid
+    to each image bilinearly (``linspace`` corners-aligned sample points), in a loop over the images that reads
+    their sizes with ``.tolist()``. The same four taps and weights for every patch at once, from its image's
+    size and its (row, column), summed in upstream's order; patches come out in the tower's block-major order."""
+    side = self.num_grid_per_side
+    image, _, row, column = _patch_layout(grid_thw, self.config.spatial_merge_size)
+    taps, weights = [], []
+    for index, size in ((row, grid_thw[image, 1]), (column, grid_thw[image, 2])):
+        at = _linspace_at(index, size, float(side - 1))
+        low = at.int()
+        taps.append((low, (low + 1).clip(max=side - 1)))
+        weights.append((1 - (at - low), at - low))
+    embed = self.pos_embed
+    total = None
+    for h in (0, 1):
+        for w in (0, 1):
+            term = embed(taps[0][h] * side + taps[1][w]) * (weights[0][h] * weights[1][w]).to(embed.weight.dtype)[:, None]
+            total = term if total is None else total + term
+    return total
+
+
+#: The chunked attention of the shared Qwen2-VL-style vision attention (one source, the fingerprint checks it).
+_CHUNKS = (
+    "splits = [torch.split(tensor, lengths.tolist(), dim=2) for tensor in (query_states, key_states, value_states)]"
+)
+_PER_CHUNK = (
+    "attn_outputs = [attention_interface(self, q, k, v, attention_mask={mask}, scaling=self.scaling, "
+    "dropout=0.0 if not self.training else self.attention_dropout, is_causal=False, **kwargs)[0] "
+    "for q, k, v in zip(*splits)]"
+)
+
+
+def packed_attention_one_call(attention_forward):
+    """A rewriter for the vision attention forward shared by Qwen2-VL-style towers (5.23): its non-flash path
+    splits q/k/v per frame with ``lengths.tolist()`` and attends chunk by chunk. Rewritten from the source: one
+    chunk (the whole sequence) with a block-diagonal mask built from ``cu_seqlens``, and the rotary table's
+    length stated equal to the sequence (both count the patches). The flash path, which takes ``cu_seqlens``
+    itself, is unchanged."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(attention_forward, {
+        "cos, sin = position_embeddings":
+        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == seq_length)",
+        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
+        _PER_CHUNK.format(mask="None"):
+        _PER_CHUNK.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
+    })
+
+
+#: The per-image feature counts, as Python ints.
+_SPLIT_SIZES = "split_sizes = (image_grid_thw.prod(-1) // self.visual.spatial_merge_size ** 2).tolist()"
+
+
+def packed_image_features(get_image_features):
+    """A rewriter for ``get_image_features`` of Qwen2-VL-style models (5.23): the merged features are split per
+    image with ``.tolist()`` sizes, which fixes the number of images; the caller's first act is
+    ``torch.cat(pooler_output, dim=0)``. Rewritten from the source: one element holding every image's features,
+    which concatenates to the same tensor."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES: "pass",
+        "torch.split(vision_outputs.pooler_output, split_sizes)": "(vision_outputs.pooler_output,)",
+    })
+
+
+def packed_image_features_4x(get_image_features):
+    """The same for 4.x ``Qwen2VLModel.get_image_features``, which returns the split tuple itself."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES: "pass",
+        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
+    })
+
+
+def packed_deepstack_image_features(get_image_features):
+    """The same for Qwen3-VL-style ``get_image_features`` (5.23), which also splits each deepstack layer's
+    features per image (its caller concatenates those too)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES: "pass",
+        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
+        "torch.split(feat, split_sizes)": "(feat,)",
+    })
+
+
+def packed_interpolation_starts(interpolation_indices_and_weights):
+    """A rewriter for ``vision_utils.get_vision_interpolation_indices_and_weights`` (5.23): loop-free already,
+    but each image's first patch is ``F.pad(counts.cumsum(0)[:-1], (1, 0))``, and padding a tensor one shorter
+    than the number of images makes torch fix that number. ``cumsum - counts`` is the same exclusive sum."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(interpolation_indices_and_weights, {
+        "F.pad(counts.cumsum(0)[:-1], (1, 0))": "counts.cumsum(0) - counts",
+    })
+
+
+#: The messages of get_placeholder_mask's two checks, formatted before the check runs.
+_FEATURE_MESSAGES = tuple(
+    f'f"{kind.title()} features and {kind} tokens do not match, tokens: {{n_{kind}_tokens}}, features: '
+    f'{{{kind}_features.shape[0]}}"'
+    for kind in ("image", "video")
+)
+
+
+def packed_placeholder_check(get_placeholder_mask):
+    """A rewriter for ``get_placeholder_mask`` of Qwen2-VL-style models (5.23), for strict export: the message
+    of each ``torch_compilable_check`` is an f-string of the feature count, formatted before the call. Dynamo
+    turns a symbolic size into text by fixing it (guard ``Eq(patches // 4, <traced>)``), so the program refuses
+    every other image size, and the export does not say so. transformers discards the message while tracing;
+    rewritten from the source, it is a lambda, formatted only if a check fails in eager code."""
+    from ...kit import substitute_expressions
+
+    lazy = {message: f"lambda: {message}" for message in _FEATURE_MESSAGES}
+    return substitute_expressions(get_placeholder_mask, lazy)
+
+
+def placeholder_check_4x(get_placeholder_mask):
+    """A rewriter for 4.x ``Qwen2VLModel.get_placeholder_mask``: it compares ``inputs_embeds[mask].numel()`` (a
+    data-dependent size) with the features' in a Python ``if`` and raises. Rewritten from the source: the same
+    condition as ``torch._check_tensor_all`` on the token count, a runtime assertion in the program (as 5.x)."""
+    from ...kit import substitute_expressions
+
+    checks = {}
+    for kind, noun in (("image", "Image"), ("video", "Videos")):
+        mask, count, features = f"special_{kind}_mask", f"n_{kind}_tokens", f"{kind}_features"
+        checks[
+            f"if {features} is not None and inputs_embeds[{mask}].numel() != {features}.numel():\n"
+            f"    raise ValueError(f'{noun} features and {kind} tokens do not match: tokens: {{{count}}}, "
+            f"features {{{features}.shape[0]}}')"
+        ] = (
+            f"if {features} is not None:\n"
+            f"    torch._check_tensor_all({count} * inputs_embeds.shape[-1] == {features}.numel(), "
+            f"lambda: '{noun} features and {kind} tokens do not match')"
+        )
+    return substitute_expressions(get_placeholder_mask, checks)
+
+
+def _latest(flags, values):
+    """Per position, ``values`` at the latest position at or before it (same row) where ``flags`` holds; -1 if none."""
+    return torch.where(flags, values, torch.full_like(values, -1)).cummax(dim=1).values
+
+
+def qwen2_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                        attention_mask=None, **kwargs):
+    """``Qwen2VLModel.get_rope_index`` (5.x) for every token at once (``_rope_index``)."""
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
+
+
+def qwen2_5_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                          second_per_grid_ts=None, attention_mask=None, **kwargs):
+    """``Qwen2_5_VLModel.get_rope_index`` (5.23): Qwen2-VL's, with a video's frames spaced ``tokens_per_second *
+    second_per_grid_ts[video]`` apart on the time axis (1 second per grid when not given), images' by 1."""
+    seconds = second_per_grid_ts
+    if video_grid_thw is not None and seconds is None:
+        seconds = torch.ones(video_grid_thw.shape[0], device=input_ids.device, dtype=torch.long)
+    interval = None if seconds is None else self.config.vision_config.tokens_per_second * seconds
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
+                       intervals=(None, interval))
+
+
+def qwen2_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):
+    """``Qwen2VLModel.get_rope_index`` (4.x) for every token at once: the 4.x rules of ``_rope_index``, the kinds
+    of tokens read from the image and video placeholder ids (each run follows a vision-start token, as the
+    processor writes them)."""
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw, video_grid_thw,
+                       attention_mask, v4=True)
+
+
+def _kinds_4x(config, input_ids):
+    """4.x has no token-kind input: 1 for the image placeholder id, 2 for the video one, 0 for text.
+
+    4.x counts a row's images and videos by the vision-start tokens followed by a placeholder, and gives the rest
+    text positions. So a run of placeholders counts only after a vision-start token (as a processor writes
+    them); a row whose runs all lack one is text throughout, as in eager. A row where some runs have one and
+    others not, 4.x pairs the grids with the runs in an order of its own: the program refuses such a row."""
+    kinds = (input_ids == config.image_token_id).long() + 2 * (input_ids == config.video_token_id).long()
+    start_id = getattr(config, "vision_start_token_id", None)
+    if start_id is None:
+        return kinds
+    vision = kinds > 0
+    before = torch.nn.functional.pad(input_ids[:, :-1], (1, 0), value=-1)
+    run_starts = vision & ~torch.nn.functional.pad(vision[:, :-1], (1, 0), value=False)
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+    own_start = torch.cummax(torch.where(run_starts, positions, 0), dim=1).values  # where each token's run starts
+    opened = torch.gather(before == start_id, 1, own_start) & vision
+    mixed = opened.any(-1) & (vision & ~opened).any(-1)
+    torch._check_tensor_all(~mixed,
+                            lambda: "autopatch: some image/video placeholder runs follow a vision-start token and "
+                                    "others do not; 4.x pairs them with the grids in an order of its own")
+    return torch.where(opened, kinds, 0)
+
+
+def qwen2_5_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, second_per_grid_ts=None,
+                             attention_mask=None):
+    """4.x ``Qwen2_5_VLModel.get_rope_index``: Qwen2-VL's 4.x rules, with the time axis spaced by
+    ``second_per_grid_t * tokens_per_second``, where 4.x turns ``second_per_grid_t`` into an integer first (0.5 s
+    counts as 0) and takes 0 for images (all of an image's frames share one time) and 1 for videos without
+    ``second_per_grid_ts``."""
+    per_second = self.config.vision_config.tokens_per_second
+    intervals = [None, None]
+    if image_grid_thw is not None:
+        intervals[0] = torch.zeros_like(image_grid_thw[:, 0])
+    if video_grid_thw is not None:
+        seconds = (torch.ones_like(video_grid_thw[:, 0]) if second_per_grid_ts is None
+                   else second_per_grid_ts.to(device=video_grid_thw.device, dtype=torch.long))
+        intervals[1] = seconds * per_second
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw, video_grid_thw,
+                       attention_mask, intervals=tuple(intervals), v4=True)
+
+
+def qwen3_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):
+    """4.x ``Qwen3VLModel.get_rope_index``: Qwen2-VL's 4.x rules, with each video frame a group of its own (as
+    5.x, ``_one_frame_grids``)."""
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw,
+                       _one_frame_grids(video_grid_thw), attention_mask, v4=True)
+
+
+def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
+                intervals=(None, None), v4=False):
+    """Qwen2-VL-style ``get_rope_index`` for every token at once. Returns the same ``position_ids
+    [3, batch, seq]`` and ``mrope_position_deltas [batch, 1]``.
+
+    Upstream, per sample and over the tokens the attention mask keeps: runs of one modality (0 text, 1 image,
+    2 video) are groups; a text token takes the running position on all three axes and advances it by one; an
+    image or video group takes the next grid of its kind (in order over the batch), places its tokens at the
+    running position plus their (frame, row, column) in the merged grid, and advances the position by
+    ``max(rows, columns) // merge``. Tokens the mask drops get 0. As upstream, one group is one image or video.
+    ``intervals`` (images', videos'): per grid, the time-axis spacing of its frames (None: 1); the time index is
+    ``int(frame * interval)``. 4.x (``v4``): a group advances the position past its largest index (the last
+    frame's time, rows, columns); dropped tokens get 1; the deltas count every position of the row, dropped ones
+    included."""
+    merge = self.config.vision_config.spatial_merge_size
+    batch, length = input_ids.shape
+    device = input_ids.device
+    kinds = mm_token_type_ids.to(device=device, dtype=torch.long)
+    kept = torch.ones_like(kinds, dtype=torch.bool) if attention_mask is None else attention_mask.to(device).bool()
+    column = torch.arange(length, device=device).expand(batch, length)
+    # A kept token opens a group when no kept token precedes it or the previous kept one is of another kind.
+    previous = torch.where(column == 0, -1, _latest(kept, column).roll(1, dims=1))
+    opens = kept & ((previous < 0) | (kinds.gather(1, previous.clamp(min=0)) != kinds))
+    grids = torch.zeros(batch, length, 3, dtype=torch.long, device=device)
+    interval = None  # per token: the time-axis spacing of its frames (1 where no interval is given)
+    for kind, grid_thw, kind_interval in ((1, image_grid_thw, intervals[0]), (2, video_grid_thw, intervals[1])):
+        if grid_thw is None:
+            continue
+        # The grid each token's group takes: groups of this kind counted in batch-major order.
+        ordinal = ((opens & (kinds == kind)).flatten().cumsum(0).view(batch, length) - 1).clamp(min=0)
+        of_kind = grid_thw.to(device=device, dtype=torch.long)[ordinal]
+        grids = torch.where((kept & (kinds == kind))[..., None], of_kind, grids)
+        if kind_interval is not None:
+            spacing = kind_interval.to(device)[ordinal]
+            interval = torch.where(kinds == kind, spacing, torch.ones_like(spacing) if interval is None else interval)
+    text, vision = kept & (kinds == 0), kept & (kinds != 0)
+    rows, columns = (grids[..., 1] // merge).clamp(min=1), (grids[..., 2] // merge).clamp(min=1)
+    group_advance = torch.maximum(grids[..., 1], grids[..., 2]) // merge
+    if v4:  # past the last frame's time too
+        last = grids[..., 0] - 1
+        if interval is not None:
+            last = (last * interval).long()
+        group_advance = torch.maximum(group_advance, last + 1)
+    advance = torch.where(text, 1, torch.where(opens & vision, group_advance, 0))
+    before = advance.cumsum(dim=1) - advance  # the running position when the token is reached
+    group_start = before - torch.where(opens, 0, group_advance)
+    rank = kept.long().cumsum(dim=1) - 1
+    offset = rank - _latest(opens, rank)  # index of the token inside its group
+    frame = offset // (rows * columns)
+    if interval is not None:  # as upstream: arange(frames) * interval, truncated
+        frame = (frame * interval).long()
+    vision_ids = group_start + torch.stack([frame, (offset // columns) % rows, offset % columns])
+    dropped = 1 if v4 else 0
+    position_ids = torch.where(vision, vision_ids, torch.where(text, before, dropped)).to(input_ids.dtype)
+    # 4.x without any grid takes another branch upstream, whose maximum counts the dropped tokens' 1 too.
+    text_only_4x = v4 and image_grid_thw is None and video_grid_thw is None
+    largest = (position_ids if text_only_4x else position_ids.masked_fill(~kept, 0)).amax(dim=(0, 2))
+    deltas = (largest + 1 - (length if v4 else kept.sum(dim=1))).unsqueeze(1)
+    return position_ids, deltas
+
+
+def qwen3_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                        attention_mask=None, **kwargs):
+    """``Qwen3VLModel.get_rope_index`` (5.23): Qwen2-VL's, except that timestamps separate a video's frames in
+    the text, so each frame is a group of its own: the video grids are split into one-frame grids first."""
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, _one_frame_grids(video_grid_thw),
+                       attention_mask)
+
+
+def _one_frame_grids(video_grid_thw):
+    """Qwen3-VL's videos as one grid per frame (timestamps in the text separate the frames)."""
+    if video_grid_thw is None:
+        return None
+    frames = torch.repeat_interleave(video_grid_thw, video_grid_thw[:, 0], dim=0)
+    return torch.cat([torch.ones_like(frames[:, :1]), frames[:, 1:]], dim=1)

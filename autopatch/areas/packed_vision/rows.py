@@ -1,0 +1,273 @@
+"""The rows of this area. Vision-language models that pack every image's patches into one sequence (Qwen2-VL and its
+kin, on 5.23 and in 4.57's sources).
+"""
+
+from __future__ import annotations
+
+from ...spec import PatchSpec, table_row
+
+#: 5.23 VLMs that pack all images' patches into one sequence (Qwen2-VL's tower), each exported by a test. Their
+#: vision attention and get_placeholder_mask share one source (fingerprints in the rows); each model module binds
+#: vision_utils.get_vision_position_ids by name. Columns: model, vision attention class, model class,
+#: get_image_features (fingerprint, rewriter), get_rope_index (fingerprint, replacement).
+PackedModel = table_row("PackedModel", ("model", "attention", "owner", "features_fingerprint", "features_rewriter",
+                                        "rope_fingerprint", "rope_index"))
+PACKED_VISION_MODELS = (
+    PackedModel("qwen2_vl", "VisionAttention", "Qwen2VLModel", "54bb4440fb12", "packed_image_features",
+                "31c7fed95e71", "qwen2_vl_rope_index"),
+    PackedModel("qwen2_5_vl", "Qwen2_5_VLVisionAttention", "Qwen2_5_VLModel", "54bb4440fb12", "packed_image_features",
+                "a52a842c5d34", "qwen2_5_vl_rope_index"),
+    PackedModel("qwen3_vl", "Qwen3VLVisionAttention", "Qwen3VLModel", "cf364b3e5fa9", "packed_deepstack_image_features",
+                "b3d7f47d79df", "qwen3_vl_rope_index"),
+    # GLM-4V: Qwen2-VL's feature split, Qwen3-VL's rope index (the same code under its own docstring).
+    PackedModel("glm4v", "Glm4vVisionAttention", "Glm4vModel", "54bb4440fb12", "packed_image_features",
+                "2791d473e5f4", "qwen3_vl_rope_index"),
+    # Qwen3.5: Qwen3-VL's tower without deepstack (Qwen2-VL's feature split) and rope index; its text model's
+    # linear-attention layers need transformers.qwen3_5.gated_delta_scan too.
+    PackedModel("qwen3_5", "Qwen3_5VisionAttention", "Qwen3_5Model", "54bb4440fb12", "packed_image_features",
+                "b3d7f47d79df", "qwen3_vl_rope_index"),
+)
+
+#: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
+PACKED_VISION_REQUIRES = ("transformers>=5.13", "torch>=2.9")
+
+#: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
+#: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none), with the
+#: fingerprint of that method (GLM-4V's differs only in its video mask, which reads the image token).
+PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392"}
+
+PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
+
+#: The same models in 4.57's sources (the ``*_4x`` rows): each module has its own copies, mostly of one source.
+#: Columns: model, vision tower class, vision attention class, model class, and the fingerprints of the tower's
+#: rot_pos_emb, the attention's forward, get_image_features, get_placeholder_mask, get_rope_index.
+PackedModel4x = table_row("PackedModel4x", ("model", "tower", "attention", "owner", "fingerprints"))
+PACKED_VISION_MODELS_4X = (
+    PackedModel4x("qwen2_vl", "Qwen2VisionTransformerPretrainedModel", "VisionAttention", "Qwen2VLModel",
+                  ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "a52f6da348cc")),
+    PackedModel4x("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel", "Qwen2_5_VLVisionAttention",
+                  "Qwen2_5_VLModel",
+                  ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "4df9dd73ae33")),
+    PackedModel4x("qwen3_vl", "Qwen3VLVisionModel", "Qwen3VLVisionAttention", "Qwen3VLModel",
+                  ("bde0eb1ec127", "e272c1758c19", "9e199b02c42f", "b6431acf2fe5", "fba6bcaef532")),
+)
+
+#: The rows one packed model's prefill needs together (image positions, attention, features, text positions), 5.23's
+#: and 4.57's; Qwen3.5's text model also needs its gated delta scan.
+PACKED_CORE = ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")
+PACKED_CORE_4X = ("rot_pos_emb_4x", "attention_packed_4x", "image_features_packed_4x", "placeholder_check_4x",
+                  "rope_index_4x")
+
+
+def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
+    text_model = ("transformers.qwen3_5.gated_delta_scan",) if model == "qwen3_5" else ()
+    return tuple(f"transformers.vision.{model}_{name}" for name in core if name != own) + text_model
+
+
+ROWS = (
+    # 5.23 VLMs that pack every image's patches into one sequence (Qwen2-VL and its kin).
+    *(
+        spec
+        for model, attention, owner, features_fingerprint, features_rewriter, rope_fingerprint, rope_index
+        in PACKED_VISION_MODELS
+        for spec in (
+            PatchSpec(
+                id=f"transformers.vision.{model}_patch_positions_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target="get_vision_position_ids",  # the module's own binding of transformers.vision_utils'
+                mode="route",
+                replacement="autopatch.areas.packed_vision.packed:packed_position_ids",
+                requires=PACKED_VISION_REQUIRES,
+                fingerprints=("0d795946698a",),
+                needs=_companions(model, "patch_positions_packed"),
+                reason="get_vision_position_ids loops over image_grid_thw.tolist() to lay out each image's rotary "
+                "(row, column) positions, which fixes the number of images. The same positions for every patch "
+                "at once: a patch finds its image by searchsorted over the cumulative patch counts.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_attention_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{attention}.forward",
+                mode="rewrite",
+                replacement="autopatch.areas.packed_vision.packed:packed_attention_one_call",
+                requires=PACKED_VISION_REQUIRES,
+                fingerprints=("b918fa098915",),
+                needs=_companions(model, "attention_packed"),
+                reason=f"{attention}.forward (eager and sdpa) splits q/k/v per frame with lengths.tolist() and "
+                "attends chunk by chunk (guard Eq(u0, 0)). Rewritten from the source: one attention call with a "
+                "block-diagonal mask built from cu_seqlens, the same result.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_image_features_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{owner}.get_image_features",
+                mode="rewrite",
+                replacement=f"autopatch.areas.packed_vision.packed:{features_rewriter}",
+                requires=PACKED_VISION_REQUIRES,
+                fingerprints=(features_fingerprint,),
+                needs=_companions(model, "image_features_packed"),
+                reason=f"{owner}.get_image_features splits the merged features per image with .tolist() sizes, "
+                "which fixes the number of images; its caller concatenates them at once. Rewritten from the "
+                "source: one element with every image's features"
+                + (" (and per deepstack layer)." if "deepstack" in features_rewriter else "."),
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_rope_index",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{owner}.get_rope_index",
+                mode="route",
+                replacement=f"autopatch.areas.packed_vision.packed:{rope_index}",
+                requires=PACKED_VISION_REQUIRES,
+                fingerprints=(rope_fingerprint,),
+                needs=_companions(model, "rope_index"),
+                reason=f"{owner}.get_rope_index groups each sample's tokens with itertools.groupby over "
+                "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis "
+                "positions and deltas for every token at once, from cumulative sums over the batch.",
+            ),
+        )
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_check_packed",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="rewrite",
+            replacement="autopatch.areas.packed_vision.packed:packed_placeholder_check",
+            requires=PACKED_VISION_REQUIRES,
+            fingerprints=(PLACEHOLDER_CHECK_STRICT[model],),
+            reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
+            "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
+            "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
+        )
+        for model, _, owner, *_ in PACKED_VISION_MODELS
+        if model in PLACEHOLDER_CHECK_STRICT
+    ),
+    # 4.57's Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the same problems in 4.x sources (the rope index by 4.x's rules).
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_{name}_4x",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=target,
+            mode=mode,
+            replacement=f"autopatch.areas.packed_vision.packed:{replacement}",
+            requires=PACKED_VISION_REQUIRES_4X,
+            fingerprints=(fingerprint,),
+            needs=_companions(model, f"{name}_4x", PACKED_CORE_4X),
+            reason=reason,
+        )
+        for model, tower, attention, owner, fingerprints in PACKED_VISION_MODELS_4X
+        for name, target, mode, replacement, fingerprint, reason in (
+            ("rot_pos_emb", f"{tower}.rot_pos_emb", "route", "rot_pos_emb_4x", fingerprints[0],
+             "Loops over the images for the rotary positions and builds a frequency table as long as the largest "
+             "grid side (read from the data). The loop-free positions times the frequencies."),
+            ("attention_packed", f"{attention}.forward", "rewrite", "packed_attention_one_call", fingerprints[1],
+             "Splits q/k/v per frame with lengths.tolist() (guard Eq(u0, 0)). Rewritten from the source: one "
+             "attention call with a block-diagonal mask."),
+            ("image_features_packed", f"{owner}.get_image_features", "rewrite", "packed_image_features_4x",
+             fingerprints[2], "Splits the features per image with .tolist() sizes, which fixes the number of "
+             "images. Rewritten from the source: one element, which the caller concatenates to the same tensor."),
+            ("placeholder_check", f"{owner}.get_placeholder_mask", "rewrite", "placeholder_check_4x",
+             fingerprints[3], "Compares a data-dependent size with the features in a Python if (guard Ne(u0, ...)). "
+             "Rewritten from the source: a torch._check_tensor_all, a runtime assertion."),
+            ("rope_index", f"{owner}.get_rope_index", "route", f"{model}_rope_index_4x", fingerprints[4],
+             "Walks each sample's vision-start tokens with .tolist() and .item() (guard Eq(u0, 0)). The same 3-axis "
+             "positions and deltas for every token at once, by 4.x's rules."),
+        )
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen2_5_vl_windows_packed_4x",
+        family="transformers",
+        trigger="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        target="Qwen2_5_VisionTransformerPretrainedModel.get_window_index",
+        mode="route",
+        replacement="autopatch.areas.packed_vision.packed:qwen2_5_vl_window_index_4x",
+        requires=PACKED_VISION_REQUIRES_4X,
+        fingerprints=("d26b9bc4b7ae",),
+        reason="Lists each image's attention windows in a loop over the grid, with the window bounds as a Python "
+        "list of .tolist() values. The same order and bounds at once (as the 5.x row), the bounds as a tensor.",
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen3_vl_position_grid_4x",
+        family="transformers",
+        trigger="transformers.models.qwen3_vl.modeling_qwen3_vl",
+        target="Qwen3VLVisionModel.fast_pos_embed_interpolate",
+        mode="route",
+        replacement="autopatch.areas.packed_vision.packed:qwen3_vl_position_grid_4x",
+        requires=PACKED_VISION_REQUIRES_4X,
+        fingerprints=("90702c2a169f",),
+        reason="Resamples the learned position grid per image in a loop that reads the sizes and collects the "
+        "taps and weights with .tolist(). The same four taps and weights for every patch at once.",
+    ),
+    PatchSpec(
+        id="transformers.vision.qwen2_5_vl_windows_packed",
+        family="transformers",
+        trigger="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+        target="get_vision_window_index",  # the module's binding of vision_utils'
+        mode="route",
+        replacement="autopatch.areas.packed_vision.packed:packed_window_index",
+        requires=PACKED_VISION_REQUIRES,
+        fingerprints=("420d88ca4b33",),
+        reason="Qwen2.5-VL's windowed attention lists each image's windows in a loop over grid_thw.tolist(), "
+        "which fixes the number of images. The same token order and window bounds at once: every token gets its "
+        "window's number and place, one sort orders them.",
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_interpolation_packed",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target="get_vision_interpolation_indices_and_weights",  # the module's binding of vision_utils'
+            mode="rewrite",
+            replacement="autopatch.areas.packed_vision.packed:packed_interpolation_starts",
+            requires=PACKED_VISION_REQUIRES,
+            fingerprints=("826f09883daa",),
+            reason="The learned position grid's resampling is loop-free, but pads counts.cumsum(0)[:-1], a tensor "
+            "one shorter than the number of images: torch fixes that number doing so (guard Eq(images - 1, 1)). "
+            "Rewritten from the source: the same exclusive cumulative sum as cumsum - counts.",
+        )
+        for model in ("qwen3_vl", "qwen3_5")  # Qwen3.5's tower is Qwen3-VL's without deepstack
+    ),
+)
+
+#: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
+#: (ids or globs, what and why). Every row is named by exactly one line.
+SUMMARIES = (
+    (
+        (
+            'transformers.vision.qwen2_vl_*_packed', 'transformers.vision.qwen2_5_vl_*_packed',
+            'transformers.vision.qwen3_vl_*_packed', 'transformers.vision.glm4v_*_packed',
+            'transformers.vision.qwen3_5_*_packed', 'transformers.vision.qwen2_vl_rope_index',
+            'transformers.vision.qwen2_5_vl_rope_index', 'transformers.vision.qwen3_vl_rope_index',
+            'transformers.vision.glm4v_rope_index', 'transformers.vision.qwen3_5_rope_index',
+            'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
+            'transformers.vision.qwen3_vl_*_4x',
+        ),
+        "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
+        "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), "
+        'whose images are packed into one patch sequence: upstream reads `image_grid_thw` and '
+        '`mm_token_type_ids` in Python (rotary positions per image: `_patch_positions_packed`; attention '
+        'chunk by chunk per frame: `_attention_packed`; the features split per image: '
+        "`_image_features_packed`; the language model's 3-axis positions grouped with "
+        "`itertools.groupby`: `_rope_index`; Qwen2.5-VL's attention windows per image: `_windows_packed`; "
+        "Qwen3-VL's position-grid resampling pads a tensor sized by the image count: "
+        '`_interpolation_packed`), so the number of images, their sizes and the text are fixed. The same '
+        'values by tensor arithmetic over all patches and tokens (one attention call with a '
+        'block-diagonal mask). The number of images, their grids, the batch and the text length stay '
+        'dynamic; give `pixel_values` a `4 * Dim(...)` size (four patches merge into one token). Strict '
+        'export of Qwen2-VL, Qwen3-VL and GLM-4V also needs `_placeholder_check_packed`: Dynamo fixes the '
+        "image size while formatting a check's message, and does not say so. The attention and "
+        'placeholder sources are shared by a dozen 5.23 VLMs (Qwen3.5-MoE...); only the five tested '
+        'models have rows. On 4.57 each of the three has `_4x` rows for the same problems in its own '
+        'sources (rotary positions and a frequency table as long as the largest grid side, the per-frame '
+        'attention, the feature split, a Python `if` on the placeholder count, and the rope index, '
+        "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
+        "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
+        '(`_position_grid_4x`).',
+    ),
+)

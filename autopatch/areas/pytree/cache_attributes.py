@@ -1,0 +1,142 @@
+"""A cache object's own attributes as pytree children and context.
+
+Two kinds of caches need this:
+  * subclasses of a layered cache that keep state of their own next to ``layers`` (5.x ``MiniMaxCache`` keeps
+    its linear-attention states in ``linear_cache``);
+  * transformers 4.x model-local caches, plain objects holding lists of tensors (``MambaCache``; 5.x folded
+    these into DynamicCache). The 4.57 hybrid caches flatten the same way but are not registered: their models
+    fail later, in their own code (registry.py says which).
+
+Rule: an attribute that holds a tensor (directly or inside lists, tuples, dicts) is a child: its tensors are
+export inputs. Every other attribute (a flag, a kernel size, a dtype, the layer types) is structure and goes
+to the context, frozen into tuples so that the spec stays hashable.  The exception is a batch size kept as an
+int (``max_batch_size``): that is a per-call value, so it is left out of the context and read back from the
+batch dimension of the first tensor on unflatten; otherwise the traced batch would become a constant.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+
+import torch
+import torch.utils._pytree as pytree
+
+#: Int attributes that hold the batch size: rebuilt from the tensors, never kept in the context.
+BATCH_ATTRS = ("max_batch_size", "batch_size")
+
+
+def holds_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple, dict)):
+        return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+    return False
+
+
+def freeze(value):
+    """A hashable, JSON-friendly stand-in for a structural value; ``thaw`` gives back an equal object."""
+    if isinstance(value, list):
+        return ("list", tuple(freeze(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(freeze(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((freeze(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, torch.dtype):
+        return ("dtype", str(value).rpartition(".")[2])
+    if isinstance(value, torch.device):
+        return ("device", str(value))
+    return ("value", value)
+
+
+def thaw(frozen):
+    kind, value = frozen
+    if kind == "list":
+        return [thaw(v) for v in value]
+    if kind == "tuple":
+        return tuple(thaw(v) for v in value)
+    if kind == "dict":
+        return {thaw(k): thaw(v) for k, v in value}
+    if kind == "dtype":
+        return getattr(torch, value)
+    if kind == "device":
+        return torch.device(value)
+    return value
+
+
+class Attributes(typing.NamedTuple):
+    """How an object's attributes were split: names of the children, frozen structure, rebuilt batch sizes.
+    A tuple, so that dynamo (strict export) can rebuild it as a constant and JSON can write it."""
+
+    tensors: tuple = ()
+    static: tuple = ()
+    batch: tuple = ()
+    #: Every name in the object's own order. Restoring in that order keeps the rebuilt object's attribute order,
+    #: hence its flattening order, even when a list that was empty (structure) later fills with tensors (an
+    #: attention layer's key_cache in a prefill): otherwise the program's output cache would flatten in another
+    #: order than the eager one it stands for. Empty in contexts written before it existed.
+    order: tuple = ()
+
+
+def split(obj, skip=frozenset()) -> Attributes:
+    tensors, static, batch, order = [], [], [], []
+    for name, value in vars(obj).items():
+        if name in skip:
+            continue
+        order.append(name)
+        if holds_tensor(value):
+            tensors.append(name)
+        elif name in BATCH_ATTRS and isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+            # A SymInt when torch flattens a cache it rebuilt while tracing: the same batch size, traced.
+            batch.append(name)
+        else:
+            static.append((name, freeze(value)))
+    return Attributes(tuple(tensors), tuple(static), tuple(batch), tuple(order))
+
+
+def restore(obj, attributes, children) -> None:
+    """Sets the attributes ``split`` described on ``obj``: children (traced tensors), structure, batch sizes."""
+    attributes = Attributes(*attributes)  # a plain tuple after a round trip through JSON
+    values = {name: thaw(frozen) for name, frozen in attributes.static}
+    values.update(zip(attributes.tensors, children))
+    first = next((leaf for leaf in pytree.tree_leaves(list(children)) if isinstance(leaf, torch.Tensor)), None)
+    # No tensor: placeholder leaves (see caches._fill_kv), no batch to read.
+    values.update((name, first.shape[0] if first is not None else None) for name in attributes.batch)
+    for name in attributes.order or tuple(values):
+        setattr(obj, name, values[name])
+
+
+def make_attribute_codec(cls, patch_id: str):
+    """flatten/unflatten for a cache that is a plain object of attributes (no ``layers``): children in attribute
+    order, keyed by attribute name."""
+    from ... import kit
+
+    def flatten(cache):
+        kit.count_hit(patch_id)
+        attributes = split(cache)
+        return [getattr(cache, name) for name in attributes.tensors], attributes
+
+    def flatten_with_keys(cache):
+        children, context = flatten(cache)
+        return [(pytree.GetAttrKey(name), child) for name, child in zip(context.tensors, children)], context
+
+    def unflatten(children, attributes):
+        cache = cls.__new__(cls)  # its __init__ wants a config; every attribute comes from the flattened form
+        restore(cache, attributes, list(children))
+        return cache
+
+    return flatten, unflatten, flatten_with_keys
+
+
+# torch.export.save writes contexts as text: tuples come back from JSON as lists.
+
+
+def to_dumpable(context) -> str:
+    return json.dumps(context)
+
+
+def from_dumpable(text: str):
+    def tuples(obj):
+        return tuple(tuples(x) for x in obj) if isinstance(obj, list) else obj
+
+    return tuples(json.loads(text))

@@ -1,0 +1,299 @@
+"""The rows of this area. torch symbolic-shape fixes (family ``torch``): broadcasting, min/max by range, **kwargs
+dynamic shapes, the FakeTensor cache of 2.9-2.12, and the debugging aid ``torch.stop_if_static``.
+"""
+
+from __future__ import annotations
+
+from ...spec import PatchSpec
+from ..bounds import TORCH
+
+#: The refs-path rows help only together, and with torch.backed_size_oblivious.
+REFS_COMPANIONS = ("torch.backed_size_oblivious", "torch.broadcast_refs.*")
+
+ROWS = (
+    PatchSpec(
+        id="torch.broadcast.infer_size",
+        family="torch",
+        trigger="torch._subclasses.fake_impls",
+        target="infer_size",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:infer_size",
+        requires=TORCH,
+        fingerprints=("7b5dd4cdd595", "a91789a75c4d"),
+        needs=("torch.broadcast.fast_binary",),
+        reason="x + y with independent dynamic dims traced at equal sizes: the FakeTensor fast path decides "
+        "size_a == size_b from the hints and replaces one dim by the other, so the program rejects broadcasting "
+        "inputs ((1,3)+(4,3)) and named Dims fail with 'must always be equal'. Keeps both dims: Max(a, b) and a "
+        "deferred 'equal or 1' check.",
+    ),
+    PatchSpec(
+        id="torch.broadcast.fast_binary",
+        family="torch",
+        trigger="torch._subclasses.fake_tensor",
+        target="get_fast_op_impls",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:get_fast_op_impls",
+        requires=TORCH,
+        # 2.9.1 and 2.13.0 differ in annotations; 2.14 adds aten.alias.default to the table; the add/sub/mul/div
+        # entries this wraps are the same.
+        fingerprints=("bdb846b589cd", "4e4663b18f03", "8b476f7b3971"),
+        needs=("torch.broadcast.infer_size",),
+        reason="With torch.broadcast.infer_size: the add/sub/mul/div.Tensor fast path then checks 'operand shape == "
+        "output shape' on the hints (guard_or_false) and the program again rejects broadcasting inputs. An output "
+        "no operand statically matches is built contiguous of the broadcast shape, with no guard.",
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_shapes",
+        family="torch",
+        trigger="torch._refs",
+        target="_broadcast_shapes",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:broadcast_shapes",
+        requires=TORCH,
+        fingerprints=("7f6c86c08b3e", "fdb146ffee68"),
+        needs=REFS_COMPANIONS,
+        reason="Refs path of where/maximum/pow/eq/expand_as...: torch._check(common == shape) replaces one "
+        "independent dim by the other. Opt-in: helps only with torch.backed_size_oblivious and the other "
+        "torch.broadcast_refs.* patches.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_shapes_meta_registrations",
+        family="torch",
+        trigger="torch._meta_registrations",
+        target="_broadcast_shapes",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:broadcast_shapes",
+        requires=TORCH,
+        fingerprints=("7f6c86c08b3e", "fdb146ffee68"),
+        needs=REFS_COMPANIONS,
+        reason="The alias of torch._refs._broadcast_shapes bound by torch._meta_registrations.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_shapes_conversions",
+        family="torch",
+        trigger="torch._refs._conversions",
+        target="_broadcast_shapes",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:broadcast_shapes",
+        requires=TORCH,
+        fingerprints=("7f6c86c08b3e", "fdb146ffee68"),
+        needs=REFS_COMPANIONS,
+        reason="The alias of torch._refs._broadcast_shapes bound by torch._refs._conversions.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.maybe_broadcast",
+        family="torch",
+        trigger="torch._refs",
+        target="_maybe_broadcast",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:maybe_broadcast",
+        requires=TORCH,
+        fingerprints=("b9bb818767f9", "68f8551e77ba"),
+        needs=REFS_COMPANIONS,
+        reason="Refs path: its should_expand asks torch._check(x == y) for each dim. Expands unless the shape is "
+        "statically the common one. Opt-in, with torch.backed_size_oblivious.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.maybe_broadcast_meta_registrations",
+        family="torch",
+        trigger="torch._meta_registrations",
+        target="_maybe_broadcast",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:maybe_broadcast",
+        requires=TORCH,
+        fingerprints=("b9bb818767f9", "68f8551e77ba"),
+        needs=REFS_COMPANIONS,
+        reason="The alias of torch._refs._maybe_broadcast bound by torch._meta_registrations.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.broadcast_refs.broadcast_in_dim",
+        family="torch",
+        trigger="torch._prims",
+        target="broadcast_in_dim.prim_meta_impl",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:broadcast_in_dim_meta",
+        requires=TORCH,
+        fingerprints=("227b3f26efb3", "3a6441582085"),
+        needs=REFS_COMPANIONS,
+        reason="The meta of prims.broadcast_in_dim (FakeTensor calls op.prim_meta_impl) checks a.shape[i] == "
+        "shape[i], which forces the dims equal; a deferred 'broadcastable' check instead. Opt-in, with "
+        "torch.backed_size_oblivious.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.backed_size_oblivious",
+        family="torch",
+        trigger="torch.export._trace",
+        target="_export_for_training",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:export_backed_size_oblivious",
+        requires=TORCH,
+        reason="Runs the export with torch.fx.experimental._config backed_size_oblivious=True: size checks stop "
+        "reading the hints of backed symbols. With torch.broadcast_refs.* it keeps independent dims in "
+        "torch.where/maximum/... Opt-in: it changes which guards every export records.",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.min_max_by_range",
+        family="torch",
+        trigger="torch.fx.experimental.symbolic_shapes",
+        target="ShapeEnv._maybe_evaluate_static",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:maybe_evaluate_static",
+        requires=TORCH,
+        # The replacement asks the original again on a reduced expression, so it relies on what the original's
+        # keywords (compute_hint, unbacked_only, var_to_range) mean: 2.9.1, 2.13.0, 2.14.1 (simplify gets the
+        # ranges), 2.15.0 (singleton ints decided first).
+        fingerprints=("46bbccaed0ad", "fb311d8f650f", "dcfd46f0b5dc", "00f3ff12404d"),
+        reason="Grouped-query attention (repeat_kv's expand + reshape) makes torch guard Eq(Min(16*p + 16, "
+        "32*p + 32), 16*p + 16): always true, but undecidable for torch, so a decode step exported with a named "
+        "Dim for the past length fails ('Not all values of past ... satisfy the generated guard'). Drops the "
+        "Min/Max arguments the Dims' ranges show can never win, and lets torch decide again; a Min/Max neither of whose "
+        "arguments always wins is taken as a symbol over its own range (GPT-2's reshape after adding position "
+        "embeddings of broadcast dims: 'Max(b1, b2) * Max(s1, s2) != Max(b1, b2)' refused every one-token step).",
+    ),
+    PatchSpec(
+        id="torch.stop_if_static",
+        family="torch",
+        trigger="torch.fx.experimental.symbolic_shapes",
+        target="ShapeEnv._set_replacement",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:set_replacement",
+        requires=TORCH,
+        fingerprints=("b0b1b38551b6", "78a9265cf80f"),
+        reason="Debugging aid: raises StopIfStaticError the moment a dynamic input dim is specialized to a constant "
+        "or forced equal to another input dim, naming the guard and the user's file:line (torch reports it only "
+        "at the end, without a location, or not at all for x + y).",
+        default=False,
+    ),
+    PatchSpec(
+        id="torch.export.range_constraints_varkw",
+        family="torch",
+        trigger="torch.export._trace",
+        target="_get_range_constraints",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:get_range_constraints",
+        # 2.14 builds the traced order with _combine_args_for_tracing, which flattens the group itself: the
+        # same export passes there without this row (tests/test_torch_shapes.py shows both).
+        requires=("torch>=2.9,<2.14",),
+        fingerprints=("4839f12dce44",),
+        reason="forward(self, input_ids, attention_mask=None, **kwargs) with dynamic shapes for the **kwargs: the "
+        "'traced order' rebuild keeps the kwargs group and re-adds its keys, and export fails with 'Must provide a "
+        "tree_name when there might be a mismatch'. Flattens the group in inputs and dynamic_shapes alike.",
+    ),
+    PatchSpec(
+        id="torch.export.guards_varkw",
+        family="torch",
+        trigger="torch.export._unlift",
+        target="_convert_guards_code_to_fn",
+        mode="install",
+        replacement="autopatch.areas.torch_shapes.fixes:install_varkw_guards",
+        requires=TORCH,
+        # The guard text it rewrites is what this function parses: 2.9.1, 2.13.0 (math in the namespace), and
+        # 2.14.1/2.15.0 (a RecursionError fallback added).
+        fingerprints=("ad9f32dc2fcb", "4fdda57458c7", "263d048e763b"),
+        reason="Then, non-strict: ep.module() fails with \"NameError: name 'L' is not defined\": guards name "
+        "L['kwargs']['past'] while the module's inputs are flat. Rewrites them to L['past']. Runs in ep.module(), "
+        "after the export, so it is always on; it changes only guards that could not run.",
+    ),
+    PatchSpec(
+        id="torch.export.parameter_buffers",
+        family="torch",
+        trigger="torch.export._unlift",
+        target="_unlift_exported_program_lifted_states",
+        mode="install",
+        replacement="autopatch.areas.torch_shapes.fixes:install_parameter_buffers",
+        requires=TORCH,
+        reason="A non-persistent buffer whose value is an nn.Parameter (5.12 FalconMambaMixer's b_c_rms, dt_rms): "
+        "ep.module() fails with \"KeyError: attribute 'b_c_rms' already exists\": the constants loop setattrs it "
+        "(so it becomes a parameter), then the fix-up of non-persistent buffers registers it as a buffer. Unlifts "
+        "it detached (same storage) instead. Runs in ep.module(), after the export, so it is always on; it changes only "
+        "programs that would raise.",
+    ),
+    PatchSpec(
+        id="torch.fake_tensor_cache_bypass",
+        family="torch",
+        trigger="torch._subclasses.fake_tensor",
+        target="FakeTensorMode._cached_dispatch_impl",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:dispatch_without_cache",
+        # Measured failing on torch 2.9.1 (with transformers 4.57.6) and passing on 2.13.0.
+        requires=("torch>=2.9,<2.13",),
+        fingerprints=("9dfbaaee428a",),
+        reason="torch 2.9's FakeTensor dispatch cache rebuilds a cached output with set_(..., stride) whose "
+        "symbolic strides (8*s72) the export tracer never saw: 'is not tracked with proxy', in every transformers "
+        "4.x attention mask (padding_mask[batch_idx, kv_idx]). Dispatches without the cache while the thread "
+        "exports, as torch does when the cache is off; 2.13 no longer needs it.",
+    ),
+)
+
+#: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
+#: (ids or globs, what and why). Every row is named by exactly one line.
+SUMMARIES = (
+    (
+        ('torch.broadcast.infer_size',),
+        '`x + y` with independent dynamic dims traced at equal sizes: torch decides "equal" from the '
+        'traced sizes and merges the two dims, so the program rejects `(1, 3) + (4, 3)`. Keeps both: '
+        '`Max(a, b)` plus a deferred "equal or 1" check. Data-dependent sizes (which have no traced '
+        "value) keep torch's own rule.",
+    ),
+    (
+        ('torch.broadcast.fast_binary',),
+        'With the previous one: the add/sub/mul/div fast path of FakeTensor compares shapes on the traced '
+        'sizes too.',
+    ),
+    (
+        ('torch.broadcast_refs.*',),
+        'Opt-in. The same fix on the refs path (`torch.where`, `maximum`, `expand_as`...): '
+        "`_broadcast_shapes`, `_maybe_broadcast` and their aliases, `prims.broadcast_in_dim`'s meta. "
+        'Needs `torch.backed_size_oblivious`.',
+    ),
+    (
+        ('torch.backed_size_oblivious',),
+        'Opt-in. Runs each export (only the export) with `backed_size_oblivious=True`, so size checks '
+        'stop reading traced sizes.',
+    ),
+    (
+        ('torch.min_max_by_range',),
+        'Grouped-query attention decode steps exported with a named `Dim` for the past length fail with '
+        '"Not all values of past ... satisfy the generated guard min(...)": torch cannot tell which side '
+        "of a `Min` in `repeat_kv`'s strides wins. Decides it from the Dims' ranges, so no guard is "
+        'needed. A `Max` neither side of which always wins (two broadcast dims kept apart) is taken as a '
+        "symbol over its own range: GPT-2's reshape after `inputs_embeds + position_embeds` otherwise "
+        'becomes a run-time check `Max(b1, b2) * Max(s1, s2) != Max(b1, b2)` that refuses every one-token '
+        'step.',
+    ),
+    (
+        ('torch.stop_if_static',),
+        'Opt-in debugging aid: raises the moment a dynamic dim becomes a constant or is forced equal to '
+        'another input dim, with the guard and *your* file and line.',
+    ),
+    (
+        ('torch.export.range_constraints_varkw',),
+        'torch 2.9-2.13: `forward(self, input_ids, attention_mask=None, **kwargs)` with dynamic shapes '
+        'for the `**kwargs`: export fails with "Must provide a tree_name" (2.14 fixed it).',
+    ),
+    (
+        ('torch.export.guards_varkw',),
+        "Then `ep.module()` fails with `NameError: name 'L' is not defined` (guards name "
+        "`L['kwargs']['past']`). Always on: it runs after the export, and only rewrites guards that could "
+        'not run.',
+    ),
+    (
+        ('torch.fake_tensor_cache_bypass',),
+        'torch 2.9-2.12: every transformers 4.x decoder stops in its attention mask with "8*s72 ... is '
+        'not tracked with proxy": FakeTensor\'s dispatch cache rebuilds an output with symbolic strides '
+        'the export never traced. Dispatches without the cache while the thread exports.',
+    ),
+    (
+        ('torch.export.parameter_buffers',),
+        "A non-persistent buffer holding an `nn.Parameter` (5.12 FalconMamba's `b_c_rms`, `dt_rms`): "
+        '`ep.module()` fails with `KeyError: "attribute \'b_c_rms\' already exists"`. Unlifts it detached '
+        '(same storage). Always on: it runs after the export, and changes only programs that would raise.',
+    ),
+)

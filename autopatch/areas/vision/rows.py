@@ -1,0 +1,290 @@
+"""The rows of this area. Vision-language models: placeholder masks and image features without data-dependent guards
+(Llava's family, Idefics, SmolVLM...).
+"""
+
+from __future__ import annotations
+
+from ...spec import PatchSpec, table_row
+
+#: Vision-language models and the class holding their get_placeholder_mask: on 4.x Llava's source in each, on
+#: 5.0-5.11 another source shared by all of them (each failed without its row on 4.57.6 and 5.3.0). Measured:
+#: mistral3 fails first in Pixtral's vision tower (data-dependent image sizes): not listed.
+PlaceholderModel = table_row("PlaceholderModel", ("model", "owner"))
+PLACEHOLDER_MASK_MODELS = (
+    PlaceholderModel("llava", "LlavaModel"),
+    PlaceholderModel("gemma3", "Gemma3Model"),
+    PlaceholderModel("vipllava", "VipLlavaModel"),
+    PlaceholderModel("paligemma", "PaliGemmaModel"),
+    PlaceholderModel("aya_vision", "AyaVisionModel"),
+    PlaceholderModel("internvl", "InternVLModel"),
+    PlaceholderModel("got_ocr2", "GotOcr2Model"),
+    PlaceholderModel("cohere2_vision", "Cohere2VisionModel"),
+    PlaceholderModel("fuyu", "FuyuModel"),
+)
+
+#: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
+#: where it is the same code (Idefics2 on 5.3.0 too, which also passes return_dict to the tower), its rewriter).
+IdeficsModel = table_row("IdeficsModel", ("model", "prefix", "fingerprints", "rewriter"))
+IDEFICS_4X = (
+    IdeficsModel("idefics2", "Idefics2", ("b7dfd689b1da", "745d41d063c7", "a35cb0515be1"), "idefics_image_features_4x"),
+    IdeficsModel("idefics3", "Idefics3", ("fd6b32bc0b14", "95f194c6ed61"), "idefics_image_features_4x"),
+    # SmolVLM: 4.57 only (see SmolVLM 5.x below).
+    IdeficsModel("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),
+)
+
+ROWS = (
+    PatchSpec(
+        id="transformers.vision.llava_image_features",
+        family="transformers",
+        trigger="transformers.models.llava.modeling_llava",
+        target="LlavaModel.get_image_features",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_image_features",
+        requires=("transformers>=4.56",),
+        fingerprints=("4d07a1e3c4e4", "80304841b3fc"),
+        reason="list(image_features) unbinds the image batch, so export specialises pixel_values' batch to the "
+        "traced size. Under export the features come back as one [images*patches, dim] tensor in a one-element "
+        "list, which LlavaModel.forward concatenates to the same result.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_image_features_5_12",
+        family="transformers",
+        trigger="transformers.models.llava.modeling_llava",
+        target="LlavaModel.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:llava_features_one_tensor",
+        requires=("transformers>=5,<5.13",),
+        fingerprints=("7bba1ad18caa", "1b73e50d4b12"),  # 5.3, 5.5-5.12: the decorators' order differs
+        reason="The same list(image_features) in 5.3-5.12's LlavaModel.get_image_features, whose body is neither "
+        "4.x's nor 5.23's: rewritten from its own source to the same one-element list.",
+    ),
+    # 4.x VLMs whose get_placeholder_mask is Llava's, character for character (the fingerprint checks it).
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_mask",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="route",
+            replacement="autopatch.areas.vision.vlm:llava_placeholder_mask",
+            requires=("transformers>=4.56,<5",),
+            fingerprints=("5d873236af34",),
+            reason=f"{owner}.get_placeholder_mask (4.x) checks the image token count against the features with a "
+            "Python if on a data-dependent size (guard Ne(u0, <features>)); under export the same condition is a "
+            "torch._check_tensor_all (a runtime assertion), as 5.x does.",
+        )
+        for model, owner in PLACEHOLDER_MASK_MODELS
+    ),
+    # 5.0-5.11: the same models share another get_placeholder_mask, whose check sizes a boolean selection.
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_mask_5_11",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="rewrite",
+            replacement="autopatch.areas.vision.vlm:placeholder_check_on_token_count",
+            requires=("transformers>=5,<5.12",),
+            fingerprints=("90d5ead58350",),
+            reason=f"{owner}.get_placeholder_mask (5.0-5.11) checks `inputs_embeds[mask].numel()` against the "
+            "features: torch solves the image batch from that selection's size in floating point and fails on the "
+            "rounded bound (`tgt_bound ... not a subset of src_bound`). Rewritten to 5.12's check on the token count.",
+        )
+        for model, owner in PLACEHOLDER_MASK_MODELS
+    ),
+    # 5.12 and later: the same models share a get_placeholder_mask whose check formats its message eagerly.
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_placeholder_message",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_placeholder_mask",
+            mode="rewrite",
+            replacement="autopatch.areas.vision.vlm:placeholder_message_lazy",
+            requires=("transformers>=5.12",),
+            fingerprints=("c17fb3a6d93c", "f2744c485034"),  # 5.12, 5.23 (a type hint and torch.full differ)
+            reason=f"strict=True: {owner}.get_placeholder_mask (5.12+) formats the feature count into its check's "
+            "message before the check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
+            "constant'). Rewritten from the source: the message is a lambda, formatted only on failure.",
+        )
+        for model, owner in PLACEHOLDER_MASK_MODELS
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_image_features",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_image_features",
+            mode="rewrite",
+            replacement="autopatch.areas.vision.vlm:idefics_image_features",
+            requires=("transformers>=5", "torch>=2.9"),
+            fingerprints=(fingerprint,),
+            reason=f"{owner}.get_image_features (5.x) splits the features with `.tolist()` of per-sample image counts "
+            "and views the pixel mask as `batch_size * num_images`: both fix the image batch (and the images per "
+            "sample) to the traced sizes. Rewritten from the source: one flattened list element (concatenated by "
+            "the caller to the same tensor) and a flatten of the mask's first two dims.",
+        )
+        # Not SmolVLM: its 5.x output returns get_image_features' result itself, one tensor per sample, so no
+        # program can keep that list and a dynamic batch (measured: the features would come back as one element).
+        for model, owner, fingerprint in (("idefics2", "Idefics2Model", "716925f847c1"),
+                                          ("idefics3", "Idefics3Model", "139f24c52f3b"))
+    ),
+    # 4.x Idefics2 / Idefics3 / SmolVLM: patch positions without a loop over images, the mask reshape of 5.23 (that
+    # one on 5.3-5.12 too, whose get_image_features is 4.57's).
+    *(
+        spec
+        for model, prefix, features_fingerprints, rewriter in IDEFICS_4X
+        for spec in (
+            PatchSpec(
+                id=f"transformers.vision.{model}_patch_positions",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{prefix}VisionEmbeddings.forward",
+                mode="route",
+                replacement="autopatch.areas.vision.vlm:navit_position_embeddings",
+                requires=("transformers>=4.56,<5", "torch>=2.9"),
+                fingerprints=("1483d2a65a17",),  # one source in the three models (5.12's own is loop-free)
+                reason=f"{prefix}VisionEmbeddings.forward (4.x) loops over the images and builds "
+                "torch.arange(<patches kept>), a data-dependent length (guard Eq(u0, 0)). The same bucketed "
+                "positions for the whole batch at once; the program checks each mask keeps a top-left rectangle.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_image_features_4x",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{prefix}Model.get_image_features",
+                mode="rewrite",
+                replacement=f"autopatch.areas.vision.vlm:{rewriter}",
+                requires=("transformers>=4.56,<5.13", "torch>=2.9"),
+                fingerprints=features_fingerprints,
+                reason=f"{prefix}Model.get_image_features "
+                + ("(4.x, 5.3-5.12)" if len(features_fingerprints) > 1 else "(4.x)") + " views the pixel mask as "
+                "batch_size * num_images, which fixes the images per sample"
+                + (" and tests `not any(real_images_inds)` in Python" if model == "smolvlm" else "")
+                + ". Rewritten from the source: flatten(0, 1)"
+                + (", and the flag update as one tensor expression" if model == "smolvlm" else "") + ".",
+            ),
+        )
+    ),
+    PatchSpec(
+        id="transformers.vision.idefics2_full_patch_mask",
+        family="transformers",
+        trigger="transformers.models.idefics2.modeling_idefics2",
+        target="Idefics2VisionTransformer.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:idefics2_full_patch_mask",
+        requires=("transformers>=4.56,<5", "torch>=2.9"),
+        fingerprints=("5b07d59eaa6c",),
+        reason="4.x Idefics2's vision tower drops an all-true patch mask with `if not torch.any(~mask)` (reads the "
+        "mask). While tracing it takes the other branch, the 4D additive mask, which attends the same (Idefics3's "
+        "order).",
+    ),
+    PatchSpec(
+        id="transformers.vision.smolvlm_merger_check",
+        family="transformers",
+        trigger="transformers.models.smolvlm.modeling_smolvlm",
+        target="SmolVLMModel.inputs_merger",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:smolvlm_merger_check",
+        requires=("transformers>=4.56,<5", "torch>=2.9"),
+        fingerprints=("410688bf374b",),
+        reason="4.x SmolVLM checks image token counts with `if not torch.all(...): raise`; a torch._check_tensor_all "
+        "instead (a runtime assertion in the program), as 5.x does.",
+    ),
+    PatchSpec(
+        id="transformers.vision.fuyu_image_features",
+        family="transformers",
+        trigger="transformers.models.fuyu.modeling_fuyu",
+        target="FuyuModel.get_image_features",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:fuyu_image_features",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("9a7c4431468f",),
+        reason="4.x embeds the images in a Python loop over image_patches, so export specialises the image batch. "
+        "Under export all images are embedded at once and returned as one list element (the caller "
+        "concatenates the list: the same tensor).",
+    ),
+)
+
+#: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
+#: (ids or globs, what and why). Every row is named by exactly one line.
+SUMMARIES = (
+    (
+        ('transformers.vision.llava_image_features',),
+        'Llava-style VLMs: `list(image_features)` specializes the image batch; the features stay one '
+        'tensor.',
+    ),
+    (
+        ('transformers.vision.llava_image_features_5_12',),
+        "The same on 5.3-5.12, whose `get_image_features` is neither 4.x's nor 5.23's: rewritten from its "
+        'own source (two fingerprints: 5.3, and 5.5-5.12).',
+    ),
+    (
+        (
+            'transformers.vision.llava_placeholder_mask', 'transformers.vision.gemma3_placeholder_mask',
+            'transformers.vision.vipllava_placeholder_mask', 'transformers.vision.paligemma_placeholder_mask',
+            'transformers.vision.aya_vision_placeholder_mask', 'transformers.vision.internvl_placeholder_mask',
+            'transformers.vision.got_ocr2_placeholder_mask', 'transformers.vision.cohere2_vision_placeholder_mask',
+            'transformers.vision.fuyu_placeholder_mask',
+        ),
+        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint): a Python `if` on the number "
+        'of image tokens, a data-dependent size; a runtime check instead. (Mistral3 fails first in '
+        "Pixtral's tower: not covered.)",
+    ),
+    (
+        (
+            'transformers.vision.llava_placeholder_mask_5_11', 'transformers.vision.gemma3_placeholder_mask_5_11',
+            'transformers.vision.vipllava_placeholder_mask_5_11', 'transformers.vision.paligemma_placeholder_mask_5_11',
+            'transformers.vision.aya_vision_placeholder_mask_5_11',
+            'transformers.vision.internvl_placeholder_mask_5_11', 'transformers.vision.got_ocr2_placeholder_mask_5_11',
+            'transformers.vision.cohere2_vision_placeholder_mask_5_11',
+            'transformers.vision.fuyu_placeholder_mask_5_11',
+        ),
+        'The same VLMs on 5.0-5.11 share another `get_placeholder_mask` (one fingerprint), which checks '
+        '`inputs_embeds[mask].numel()` against the features: torch solves the image batch from the size '
+        'of that selection in floating point and stops on the rounded bound (`tgt_bound ... not a subset '
+        "of src_bound`). Rewritten from the source to 5.12's check on the token count (still asserted at "
+        'run time). Tested on 5.3.0.',
+    ),
+    (
+        (
+            'transformers.vision.llava_placeholder_message', 'transformers.vision.gemma3_placeholder_message',
+            'transformers.vision.vipllava_placeholder_message', 'transformers.vision.paligemma_placeholder_message',
+            'transformers.vision.aya_vision_placeholder_message', 'transformers.vision.internvl_placeholder_message',
+            'transformers.vision.got_ocr2_placeholder_message',
+            'transformers.vision.cohere2_vision_placeholder_message', 'transformers.vision.fuyu_placeholder_message',
+        ),
+        '`strict=True` on 5.12 and later: these VLMs share a `get_placeholder_mask` (one fingerprint) '
+        'whose check formats the feature count into its message before the check runs; Dynamo fixes the '
+        'image batch to do so ("specialized it to be a constant"). Rewritten from the source: the message '
+        'is a lambda, formatted only when the check fails in eager code.',
+    ),
+    (
+        ('transformers.vision.idefics2_image_features', 'transformers.vision.idefics3_image_features'),
+        '5.x Idefics2/Idefics3 split their features with `.tolist()` of per-sample image counts and view '
+        'the pixel mask as `batch_size * num_images`: the image batch and the images per sample become '
+        'constants. Rewritten from the source (wrappers kept): one flattened features tensor, and a '
+        'flatten of the mask. (5.x SmolVLM returns its per-sample features list in its output: no program '
+        'keeps that list with a dynamic batch, so it is not patched.)',
+    ),
+    (
+        (
+            'transformers.vision.idefics2_patch_positions', 'transformers.vision.idefics3_patch_positions',
+            'transformers.vision.smolvlm_patch_positions', 'transformers.vision.idefics2_image_features_4x',
+            'transformers.vision.idefics3_image_features_4x', 'transformers.vision.smolvlm_image_features_4x',
+            'transformers.vision.idefics2_full_patch_mask', 'transformers.vision.smolvlm_merger_check',
+        ),
+        '4.x Idefics2/Idefics3/SmolVLM (and 5.3-5.12 Idefics2/Idefics3, whose `get_image_features` is '
+        "4.57's: `_image_features_4x` only, their positions are loop-free already): the vision embeddings "
+        'loop over images with `torch.arange(<patches kept>)` (loop-free positions instead; the program '
+        'checks each mask keeps a top-left rectangle, as processors make them), the pixel mask is viewed '
+        'as `batch_size * num_images` (flatten), Idefics2 tests `torch.any(~mask)` to drop a full mask '
+        '(the 4D mask instead: same attention), SmolVLM tests `any()` of its image flags and raises on a '
+        'tensor test (tensor expressions and a runtime check, as 5.x).',
+    ),
+    (
+        ('transformers.vision.fuyu_image_features',),
+        '4.x Fuyu embeds its images in a Python loop over the batch, which specializes the image count; '
+        'all images at once instead.',
+    ),
+)

@@ -1,0 +1,312 @@
+"""Vision-language models: keep the image batch symbolic.
+
+LlavaModel.get_image_features ends with ``list(image_features)``: turning a ``[images, patches, dim]`` tensor
+into a Python list needs its length, so torch.export specialises the image batch to the traced value.  The
+only consumer, LlavaModel.forward, immediately does ``torch.cat(image_features, dim=0)``; the replacement hands
+it a one-element list holding the features already flattened to ``[images * patches, dim]``, which
+concatenates to the same tensor with the batch left symbolic.
+
+LlavaModel.get_placeholder_mask (4.x) compares ``inputs_embeds[mask].numel()`` (a data-dependent size) with the
+feature count in a Python ``if``; the replacement states the same condition with ``torch._check_tensor_all``, which
+export keeps as a runtime assertion. Eight more 4.x VLMs carry the very same method (one fingerprint).
+
+FuyuModel.get_image_features (4.x) embeds the images one by one in a Python loop over the batch; the replacement
+embeds them all at once and hands back one list element, which FuyuModel.forward concatenates as before.
+
+Route patches: eager code keeps the originals.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import torch
+
+from ... import kit
+from ...kit import installed
+
+
+def _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy):
+    """The projected image features ``[images, patches, dim]``, as both 4.x and 5.x compute them."""
+    if isinstance(vision_feature_layer, int):
+        selected = image_outputs.hidden_states[vision_feature_layer]
+        if vision_feature_select_strategy == "default":
+            selected = selected[:, 1:]
+    else:
+        pool = [image_outputs.hidden_states[layer] for layer in vision_feature_layer]
+        if vision_feature_select_strategy == "default":  # drop the CLS position of every selected layer
+            pool = [hidden[:, 1:] for hidden in pool]
+        selected = torch.cat(pool, dim=-1)
+    return self.multi_modal_projector(selected)
+
+
+def _one_tensor(image_features):
+    """One list element with every image's patches, instead of one element per image (fixed count)."""
+    return [image_features.reshape(-1, image_features.shape[-1])]
+
+
+def _image_features_v5(
+    self,
+    pixel_values: torch.Tensor,
+    vision_feature_layer=None,
+    vision_feature_select_strategy=None,
+    image_sizes=None,
+    **kwargs,
+):
+    if image_sizes is not None:
+        kwargs["image_sizes"] = image_sizes
+    image_outputs = self.vision_tower(pixel_values, return_dict=True, **kwargs)
+    image_features = _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy)
+    if image_sizes is not None:  # per-image sizes: unchanged (the split sizes are data, as upstream)
+        split_sizes = (
+            (torch.as_tensor(image_sizes, device=image_features.device) // self.vision_tower.patch_size)
+            .prod(dim=-1)
+            .tolist()
+        )
+        image_outputs.pooler_output = torch.split(image_features.squeeze(0), split_sizes)
+    else:
+        image_outputs.pooler_output = _one_tensor(image_features)
+    return image_outputs
+
+
+def _image_features_v4(
+    self,
+    pixel_values: torch.FloatTensor,
+    vision_feature_layer=None,
+    vision_feature_select_strategy=None,
+    **kwargs,
+):
+    if vision_feature_layer is None:
+        vision_feature_layer = self.config.vision_feature_layer
+    if vision_feature_select_strategy is None:
+        vision_feature_select_strategy = self.config.vision_feature_select_strategy
+    if vision_feature_select_strategy not in ["default", "full"]:
+        raise ValueError(f"Unexpected select feature strategy: {self.config.vision_feature_select_strategy}")
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    image_outputs = self.vision_tower(pixel_values, output_hidden_states=True, **kwargs)
+    image_features = _select_features(self, image_outputs, vision_feature_layer, vision_feature_select_strategy)
+    if "image_sizes" in kwargs:  # per-image sizes: unchanged
+        split_sizes = [
+            (height // self.vision_tower.patch_size) * (width // self.vision_tower.patch_size)
+            for height, width in kwargs["image_sizes"]
+        ]
+        return torch.split(image_features.squeeze(0), split_sizes)
+    return _one_tensor(image_features)
+
+
+#: The body for the installed transformers, once built (a plain list: strict=True traces the replacement with
+#: Dynamo, which cannot enter functools.lru_cache's lock).
+_IMAGE_FEATURES: list = []
+
+
+def _image_features_for_installed_version():
+    """Built when an export starts (outside any trace, see _build_before_export), or at the first call. Not when
+    this module loads: importing modeling_llava then would run llava's own post-import hook while this module is
+    half initialised (another VLM's hook, e.g. Gemma3's, may be what loads this module)."""
+    if not _IMAGE_FEATURES:
+        from transformers.models.llava import modeling_llava as llava
+
+        if not hasattr(llava, "select_hidden_states"):
+            _IMAGE_FEATURES.append(_image_features_v4)
+        else:
+            # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision
+            # tower for the selected hidden states only and honour return_dict; the replacement gets the same.
+            _IMAGE_FEATURES.append(llava.merge_with_config_defaults(
+                llava.can_return_tuple(llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
+            ))
+    return _IMAGE_FEATURES[0]
+
+
+def _build_before_export(entry_args, entry_kwargs):
+    """kit.on_export_start callback: builds the body once Llava's module is loaded, before Dynamo traces."""
+    if not _IMAGE_FEATURES and "transformers.models.llava.modeling_llava" in sys.modules:
+        _image_features_for_installed_version()
+    return lambda: None
+
+
+kit.on_export_start(_build_before_export)
+
+
+def llava_image_features(self, *args, **kwargs):
+    """LlavaModel.get_image_features for the installed transformers (4.x or 5.x above)."""
+    return _image_features_for_installed_version()(self, *args, **kwargs)
+
+
+# What `autopatch diff` shows (inspect follows __wrapped__): the body for the installed version, chosen from the
+# package metadata without importing transformers.
+llava_image_features.__wrapped__ = (
+    _image_features_v4 if (installed("transformers") or "5").startswith("4.") else _image_features_v5
+)
+
+
+def llava_features_one_tensor(get_image_features):
+    """A rewriter for 5.3-5.12 ``LlavaModel.get_image_features`` (neither the 4.x nor the 5.23 body above):
+    ``list(image_features)`` becomes the one-element list of ``llava_image_features``, from the function's own
+    source."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "list(image_features)": "[image_features.reshape(-1, image_features.shape[-1])]",
+    })
+
+
+def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
+    """LlavaModel.get_placeholder_mask (4.x) with its size check as ``torch._check_tensor_all``."""
+    if input_ids is None:
+        image_embedding = self.get_input_embeddings()(
+            torch.tensor(self.config.image_token_id, dtype=torch.long, device=inputs_embeds.device)
+        )
+        special_image_mask = (inputs_embeds == image_embedding).all(-1)
+    else:
+        special_image_mask = input_ids == self.config.image_token_id
+    n_image_tokens = special_image_mask.sum()
+    # A tensor condition: export keeps it as an assertion on the program's inputs (a check on a plain SymInt
+    # comparison is absorbed as a shape fact and not asserted at run time). The message is a constant: under
+    # strict=True Dynamo cannot convert a message closure over tensors ("Can't convert torch._check*() message
+    # closure"), and this replacement only runs while exporting, where the program's assertion names no values.
+    torch._check_tensor_all(
+        n_image_tokens * inputs_embeds.shape[-1] == image_features.numel(),
+        lambda: "Image features and image tokens do not match",
+    )
+    return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
+
+
+def placeholder_check_on_token_count(get_placeholder_mask):
+    """A rewriter for the ``get_placeholder_mask`` of 5.0-5.11 (one source in Llava, Gemma3 and most VLMs built on
+    them). Its check ``inputs_embeds[special_image_mask].numel() == image_features.numel()`` sizes a boolean
+    selection: export names that size u0 and solves the image batch from it as u0 / (tokens * hidden) in floating
+    point, whose upper bound rounds past u0's own (torch 2.13: ``tgt_bound ... not a subset of src_bound``). The same
+    condition on the token count, as 5.12 writes it, needs no selection."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_placeholder_mask, {
+        "inputs_embeds[special_image_mask].numel() == image_features.numel()":
+        "n_image_tokens * inputs_embeds.shape[-1] == image_features.numel()",
+    })
+
+
+#: The check's message in the get_placeholder_mask that Llava, Gemma3 and most 5.12+ VLMs share.
+_PLACEHOLDER_MESSAGE = (
+    'f"Image features and image tokens do not match, tokens: {n_image_tokens}, features: {n_image_features}"'
+)
+
+
+def placeholder_message_lazy(get_placeholder_mask):
+    """A rewriter for that ``get_placeholder_mask`` (5.12+), for strict export: its check's message is an f-string
+    of the feature count, formatted before the check runs. Dynamo turns the symbolic count into text by fixing the
+    image batch (``attention_mask.size()[0]`` specialized to the traced batch). The message becomes a lambda,
+    which transformers' check formats only if it fails in eager code."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_placeholder_mask, {_PLACEHOLDER_MESSAGE: f"lambda: {_PLACEHOLDER_MESSAGE}"})
+
+
+def fuyu_image_features(self, pixel_values, **kwargs):
+    """FuyuModel.get_image_features (4.x) without its loop over the images: every image's patches embedded at
+    once, as one list element of ``[images * patches, hidden]`` (what ``torch.cat`` of the per-image list gives)."""
+    projection = self.vision_embed_tokens
+    embeddings = projection(pixel_values.to(projection.weight.dtype))
+    return [embeddings.reshape(-1, embeddings.shape[-1])]
+
+
+def idefics_image_features(get_image_features):
+    """A rewriter for 5.x Idefics2/Idefics3 ``get_image_features`` (rewrite mode: gets the original; SmolVLM has
+    the same code but returns the per-sample list in its output, so no row uses it there).
+
+    Two expressions fix the image batch to the traced size: ``image_features.split(counts.tolist())`` (a list of
+    Python ints) and ``pixel_attention_mask.view(batch_size * num_images, ...)`` (export records that product
+    equal to the mask's first size as a guard, so other image counts are refused). The features become one
+    ``[images * tokens, dim]`` list element, which the caller concatenates to the same tensor (as for Llava), and
+    the mask is flattened over its first two dims, the same reshape with no size named."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]":
+        "[image_features.reshape(-1, image_features.shape[-1])]",
+        "pixel_attention_mask.view(batch_size * num_images, *pixel_attention_mask.shape[2:])":
+        "pixel_attention_mask.flatten(0, 1)",
+    })
+
+
+# --- 4.x Idefics2 / Idefics3 / SmolVLM ----------------------------------------------------------------------------
+
+
+def navit_position_embeddings(self, pixel_values, patch_attention_mask):
+    """``<Idefics2|Idefics3|SmolVLM>VisionEmbeddings.forward`` (4.x) without its Python loop over the images.
+
+    The loop computes, per image, bucketed fractional coordinates for the ``h x w`` patches its mask keeps and
+    writes them into the kept positions; ``torch.arange(nb_patches_h)`` there has a data-dependent length. The
+    same arithmetic runs here on every position of the padded grid at once, and positions outside the kept
+    ``h x w`` rectangle get 0, as in the original. Row-major writing into "the kept positions" equals placing by
+    coordinates when the kept patches are the top-left rectangle, which is what the processors produce; the
+    program checks that at run time and refuses any other mask."""
+    batch_size, _, height, width = pixel_values.shape
+    patches = self.patch_embedding(pixel_values).flatten(2).transpose(1, 2)
+    side = self.num_patches_per_side
+    boundaries = torch.arange(1 / side, 1.0, 1 / side, device=pixel_values.device)
+    rows, cols = patch_attention_mask.shape[1], patch_attention_mask.shape[2]
+    kept_h = patch_attention_mask[:, :, 0].sum(dim=1)  # [batch]
+    kept_w = patch_attention_mask[:, 0, :].sum(dim=1)
+    h = torch.arange(rows, device=pixel_values.device, dtype=pixel_values.dtype)
+    w = torch.arange(cols, device=pixel_values.device, dtype=pixel_values.dtype)
+    rectangle = (h[None, :, None] < kept_h[:, None, None]) & (w[None, None, :] < kept_w[:, None, None])
+    torch._check_tensor_all(
+        (rectangle == patch_attention_mask).all(),
+        lambda: "autopatch: the patch attention mask must keep a top-left rectangle of patches per image",
+    )
+    bucket_h = torch.bucketize(h[None, :] / kept_h[:, None] * (1 - 1e-6), boundaries, right=True)
+    bucket_w = torch.bucketize(w[None, :] / kept_w[:, None] * (1 - 1e-6), boundaries, right=True)
+    positions = (bucket_h[:, :, None] * side + bucket_w[:, None, :]).reshape(batch_size, -1)
+    positions = torch.where(patch_attention_mask.reshape(batch_size, -1), positions, torch.zeros_like(positions))
+    return patches + self.position_embedding(positions)
+
+
+#: 4.x get_image_features views the pixel mask as ``batch_size * num_images``: export records the product equal
+#: to the mask's first size, so another number of images per sample is refused. flatten(0, 1) is the same reshape.
+_MASK_VIEW = {"pixel_attention_mask.view(batch_size * num_images, *pixel_attention_mask.shape[2:])":
+              "pixel_attention_mask.flatten(0, 1)"}
+
+
+def idefics_image_features_4x(get_image_features):
+    """A rewriter for 4.x Idefics2/Idefics3 ``get_image_features``: the mask view above."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, _MASK_VIEW)
+
+
+def smolvlm_image_features_4x(get_image_features):
+    """A rewriter for 4.x SmolVLM ``get_image_features``: the mask view above, and ``if not any(real_images_inds):
+    real_images_inds[0] = True`` (Python's any() reads every flag) as the tensor expression 5.x uses."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        **_MASK_VIEW,
+        "if not any(real_images_inds):\n    real_images_inds[0] = True":
+        "real_images_inds[0] = real_images_inds[0] | ~torch.any(real_images_inds)",
+    })
+
+
+def idefics2_full_patch_mask(transformer_forward):
+    """A rewriter for 4.x Idefics2VisionTransformer.forward: ``if not torch.any(~patch_attention_mask): mask = None``
+    reads the mask. Its other branch (the 4D additive mask, zeros where every patch is kept) attends exactly as no
+    mask does, so while tracing the test is False: always the 4D mask, as Idefics3 does."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(transformer_forward, {
+        "not torch.any(~patch_attention_mask)":
+        "False if __autopatch_rt.is_traced_tensor(patch_attention_mask) else not torch.any(~patch_attention_mask)",
+    })
+
+
+def smolvlm_merger_check(inputs_merger):
+    """A rewriter for 4.x SmolVLMModel.inputs_merger: the ``if not torch.all(...): raise`` check on image token
+    counts becomes ``torch._check_tensor_all`` (a runtime assertion in the program), as 5.x has it."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(inputs_merger, {
+        "if not torch.all(num_image_tokens % patch_size == 0):\n"
+        "    raise ValueError('At least one sample has <image> tokens not divisible by patch_size.')":
+        "torch._check_tensor_all(num_image_tokens % patch_size == 0, "
+        "lambda: 'At least one sample has <image> tokens not divisible by patch_size.')",
+    })
