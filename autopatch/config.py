@@ -51,6 +51,15 @@ VARIABLES = (
         "function is rewritten (`rewrite.auto.<module>.<qualname>`) and the export runs again.",
     ),
     EnvVar(
+        "EXPORT_PATCHES_VALIDATE",
+        "",
+        "`1`: every export in scope checks what it made, on its own inputs, before returning it: the program "
+        "(for `torch.onnx.export`, onnxruntime) against the eager model, every output leaf and the structure, and "
+        "every dim `dynamic_shapes` asked for still symbolic. Results in `EXPORT_PATCHES_REPORT` and "
+        "`autopatch.last_export_report()` (`validation`); a failed check is a warning line (an exception under "
+        "`EXPORT_PATCHES_STRICT=1`). Costs an eager and a program call per export.",
+    ),
+    EnvVar(
         "EXPORT_PATCHES_LOG",
         "",
         "Log level of the `autopatch` logger printed to stderr (`debug` shows every state change). Empty: "

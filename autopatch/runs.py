@@ -51,6 +51,8 @@ class ExportRun:
         #: EXPORT_PATCHES_REWRITE=auto: ``(patch id, what asked for it)`` per rewrite installed during this run:
         #: the export's error, or the program that held a size-relation guard.
         self.rewrites: list = []
+        #: EXPORT_PATCHES_VALIDATE=1: the self-checks of the finished export (``self_check.check``).
+        self.validation = None
 
     def stage(self, entry: str, call, args, kwargs):
         """Runs a nested entry point as one stage of this run. Only the first level is a stage: what it calls in
@@ -79,6 +81,8 @@ class ExportRun:
             "notes": list(self.notes),
             "stages": list(self.stages),
         }
+        if self.validation is not None:
+            report["validation"] = self.validation
         if self.stages and self.seconds is not None:
             # What the outer entry did besides its stages: for torch.onnx.export, the conversion (decompositions
             # and translations included) and the model's eager runs.

@@ -22,7 +22,7 @@ import contextlib
 import contextvars
 import functools
 
-from . import runs
+from . import config, runs
 
 _RUN: contextvars.ContextVar = contextvars.ContextVar("autopatch_export_run", default=None)
 #: Records of installed patches by id. Hits are counted by id because dynamo passes only constants (the id
@@ -195,6 +195,8 @@ def make_entry(original, record, retry=None):
                 outcome = result if retry is None else retry.after_result(result, args, kwargs,
                                                                          attempt < runs.MAX_RETRIES)
                 if outcome is not runs.RETRY:
+                    if config.read("EXPORT_PATCHES_VALIDATE").lower() in config.TRUE_WORDS:
+                        _self_check(run, original, args, kwargs, outcome)
                     return outcome
         except BaseException as exc:
             run.error = runs.one_line(exc)
@@ -212,6 +214,25 @@ def make_entry(original, record, retry=None):
     export_entry.__autopatch_original__ = original
     export_entry.__autopatch_id__ = record.spec.id
     return export_entry
+
+
+def _self_check(run, original, args, kwargs, result) -> None:
+    """EXPORT_PATCHES_VALIDATE=1: the program against eager on the export's own inputs, and its dims
+    (``self_check``), recorded in the run; a failed check is a warning line, or under EXPORT_PATCHES_STRICT=1 an
+    exception."""
+    from . import self_check
+
+    run.validation = self_check.check(run.entry, original, args, kwargs, result)
+    if run.validation["ok"]:
+        return
+    problems = [part["problem"] for part in (run.validation.get("matches_eager", {}), run.validation.get("dims", {}))
+                if "problem" in part] or [f"the checks could not run: {run.validation.get('error')}"]
+    message = f"autopatch: EXPORT_PATCHES_VALIDATE: {run.entry}: " + "; ".join(problems)
+    if config.strict():
+        raise AssertionError(message)
+    import logging
+
+    logging.getLogger("autopatch").warning("%s", message)
 
 
 def on_export_start(fn):
