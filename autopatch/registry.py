@@ -68,7 +68,8 @@ EXPORT_ENTRY_POINTS = (
 )
 
 #: The areas, in the order their rows are installed and listed.
-AREAS = (pytree, exporters, sliding_windows, torch_shapes, rope, state_space, generation, moe, onnx, output_capturing, vision, packed_vision, fp16_clamp)
+AREAS = (pytree, exporters, sliding_windows, torch_shapes, rope, state_space, generation, moe, onnx, output_capturing,
+         vision, packed_vision, fp16_clamp)
 
 PATCHES = tuple(row for area in AREAS for row in area.ROWS)
 

@@ -106,8 +106,8 @@ def _missing_companions(ids, specs) -> tuple[str, ...]:
         if missing:
             by_missing.setdefault(tuple(dict.fromkeys(missing)), []).append(spec.id)
     return tuple(
-        f"EXPORT_PATCHES: selected {_some(needers)} without {'its companion' if len(missing) == 1 else 'companions'} "
-        f"{_some(missing)}; select them together, or none of them"
+        f"EXPORT_PATCHES: selected {_some(needers)} without {'its' if len(needers) == 1 else 'their'} "
+        f"companion{'' if len(missing) == 1 else 's'} {_some(missing)}; select them together, or none of them"
         for missing, needers in by_missing.items()
     )
 

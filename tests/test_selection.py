@@ -74,7 +74,7 @@ def test_a_patch_selected_without_its_companion_is_reported_with_both_names():
                             "torch.broadcast.infer_size; select them together, or none of them",)
     # A glob companion: the refs rows go together, and with torch.backed_size_oblivious.
     (problem,) = parse("torch.broadcast_refs.*", registry.PATCHES).problems
-    assert "without its companion torch.backed_size_oblivious" in problem and "and 3 more" in problem
+    assert "and 3 more without their companion torch.backed_size_oblivious;" in problem
     # Selecting both, or every default, reports nothing.
     assert parse("all", registry.PATCHES).problems == ()
     assert parse("torch.broadcast_refs.*,torch.backed_size_oblivious", registry.PATCHES).problems == ()
