@@ -5,6 +5,8 @@ Two checks, both written into the run's record (``EXPORT_PATCHES_REPORT``, ``aut
     model on the inputs the export was given, every output leaf by its path, and the output structure;
   * ``dims``: every dim the caller's ``dynamic_shapes`` asked for is still symbolic in the program's inputs. A dim
     torch specialized without a word (``Dim.AUTO``, ``Dim.DYNAMIC``) is a program that refuses every other size.
+When the program and eager disagree, the patches whose replacements made nodes of the program are named beside
+the discrepancy (``patches_in_program``): the first places to look.
 A failed check is a warning line naming it (an exception under EXPORT_PATCHES_STRICT=1): the export's result is
 returned as it was. Checks that cannot run (onnxruntime missing, inputs that cannot be copied) say why instead.
 
@@ -95,7 +97,23 @@ def _matches_eager(model, inputs, result) -> dict:
     if wrong:
         entry["problem"] = f"{len(wrong)} of {len(want)} leaves differ from eager beyond {TOLERANCE:g}: " + \
                            "; ".join(wrong[:3])
+        suspects = patches_in_program(_program_of(result))
+        if suspects:
+            entry["patches_in_program"] = suspects
+            entry["problem"] += "; nodes in the program made by " + ", ".join(suspects)
     return entry
+
+
+def patches_in_program(program) -> dict:
+    """The patches whose replacements made nodes of the program (routers annotate every node they make:
+    ``node.meta["custom"]["autopatch:<id>"]``), with their node counts, most first: where to look first when the
+    program and eager disagree."""
+    counts: dict = {}
+    for node in getattr(getattr(program, "graph", None), "nodes", ()):
+        for key in node.meta.get("custom") or {}:
+            if key.startswith("autopatch:"):
+                counts[key[len("autopatch:"):]] = counts.get(key[len("autopatch:"):], 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 @contextlib.contextmanager

@@ -102,8 +102,10 @@ print(json.dumps(autopatch.last_export_report()["validation"]))
     result = run_py(code, EXPORT_PATCHES_VALIDATE="1", PYTHONPATH="tests")
     validation = _validation(result)
     assert validation["ok"] is False and validation["dims"] == {"requested": 0, "specialized": []}
+    # ... and named beside it: the patch whose nodes are in the program
     assert validation["matches_eager"]["problem"] == "1 of 1 leaves differ from eager beyond 0.0001: output: " \
-                                                     "max abs 1"
+                                                     "max abs 1; nodes in the program made by test.triple"
+    assert validation["matches_eager"]["patches_in_program"] == {"test.triple": 1}
 
 
 def test_the_check_leaves_the_callers_model_as_the_export_found_it():
