@@ -262,7 +262,7 @@ def _run(state, tolerance: float) -> dict:
         with torch.no_grad():
             expected = state["model"](**copy.deepcopy(inputs))
             got = runner(**copy.deepcopy(inputs))
-        _compare(_paths(got), _paths(expected), tolerance, f"set {'BC'[k]}", leaves)
+        _compare_naming_patches(_paths(got), _paths(expected), tolerance, f"set {'BC'[k]}", leaves, state["program"])
     state["expected"] = leaves
     return _summary(leaves, len(state["others"]))
 
@@ -374,7 +374,7 @@ def _onnxruntime(state, tolerance: float) -> dict:
             expected = _paths(state["model"](**copy.deepcopy(inputs)))
         # Not program(**inputs): torch pairs the graph's inputs with a dict's values by position (onnx_inputs).
         got = _paths(onnx_inputs.run(program, **copy.deepcopy(inputs)))  # onnxruntime, CPU provider
-        _compare(got, expected, tolerance, f"set {'BC'[k]}", leaves)
+        _compare_naming_patches(got, expected, tolerance, f"set {'BC'[k]}", leaves, state["program"])
     return _summary(leaves, len(state["others"]))
 
 
@@ -431,6 +431,19 @@ def _compare(got: dict, expected: dict, tolerance: float, label: str, leaves: di
     if wrong:
         raise StageFailed(f"{label}: {len(wrong)} leaves differ from eager beyond {tolerance:g}, first "
                           f"{wrong[0]} (max abs {leaves[wrong[0]]['max_abs']:.3g})")
+
+
+def _compare_naming_patches(got, expected, tolerance, label, leaves, program) -> None:
+    """``_compare``; a discrepancy also names the patches whose replacements made nodes of the program."""
+    try:
+        _compare(got, expected, tolerance, label, leaves)
+    except StageFailed as exc:
+        from .self_check import patches_in_program
+
+        suspects = patches_in_program(program)
+        if not suspects:
+            raise
+        raise StageFailed(f"{exc}; nodes in the program made by {', '.join(suspects)}") from None
 
 
 def _summary(leaves: dict, sets: int) -> dict:

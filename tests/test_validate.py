@@ -218,3 +218,11 @@ def test_a_builder_that_returns_something_else_fails_its_build_stage():
     code, report = _report("--builder", "validate_target:not_a_triple")
     assert code == 1 and report["stages"][0]["stage"] == "build" and not report["stages"][0]["ok"]
     assert "must return (model, inputs_a, inputs_b)" in report["stages"][0]["error"]
+
+
+def test_a_program_that_disagrees_with_eager_names_the_patches_that_made_its_nodes():
+    code, report = _report("--builder", "validate_target:answers_otherwise")
+    run = report["stages"][2]
+    assert code == 1 and run["stage"] == "run" and not run["ok"], report
+    assert run["error"].startswith("set B: 1 leaves differ from eager beyond 0.0001, first output (max abs 1)")
+    assert "test.triple" in run["error"].split("; nodes in the program made by ")[1].split(", "), run["error"]

@@ -66,3 +66,15 @@ def a_flag_before_the_tensors():
     a = {"halve": True, "x": torch.randn(2, 5), "y": torch.randn(2, 5)}
     b = {"halve": True, "x": torch.randn(3, 7), "y": torch.randn(3, 7)}
     return Difference(), a, b
+
+
+def answers_otherwise():
+    """A model exported through a patch that computes something else (a custom route: triple for double): its
+    program runs and disagrees with eager, and validate names the patch whose nodes are in the program."""
+    import autopatch
+    import scope_target
+
+    autopatch.register(id="test.triple", family="custom", trigger="scope_target", target="double", mode="route",
+                       replacement="scope_target:triple", reason="answers otherwise under export")
+    autopatch.enable("all,test.triple")
+    return scope_target.UsesDouble(), {"x": torch.ones(2, 3)}, {"x": torch.ones(3, 4)}
