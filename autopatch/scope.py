@@ -222,7 +222,7 @@ def _self_check(run, original, args, kwargs, result) -> None:
     exception."""
     from . import self_check
 
-    run.validation = self_check.check(run.entry, original, args, kwargs, result)
+    run.validation = self_check.check(original, args, kwargs, result)
     if run.validation["ok"]:
         return
     problems = [part["problem"] for part in (run.validation.get("matches_eager", {}), run.validation.get("dims", {}))

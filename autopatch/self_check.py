@@ -25,8 +25,9 @@ import time
 TOLERANCE = 1e-4
 
 
-def check(entry_name: str, original, args: tuple, kwargs: dict, result) -> dict:
-    """The checks of one finished export; never raises (a check that fails to run records its error)."""
+def check(original, args: tuple, kwargs: dict, result) -> dict:
+    """The checks of one finished export (``original``: the entry point, called with ``args`` and ``kwargs``);
+    never raises: a check that fails to run records its error."""
     from . import scope
     from .runs import one_line
 
@@ -37,6 +38,8 @@ def check(entry_name: str, original, args: tuple, kwargs: dict, result) -> dict:
         call.apply_defaults()
         given = call.arguments
         model = given.get("mod", given.get("model"))
+        if type(model).__name__ == "ExportedProgram":  # torch.onnx.export of a program: the program is the reference
+            model = model.module()
         inputs = (tuple(given.get("args") or ()), dict(given.get("kwargs") or {}))
         with scope.outside_export():
             report["matches_eager"] = _matches_eager(model, inputs, result)

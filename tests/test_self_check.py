@@ -154,3 +154,27 @@ print(json.dumps(autopatch.last_export_report()["validation"]))
     assert validation["ok"] is True
     assert validation["matches_eager"]["runner"] == "onnxruntime" and validation["matches_eager"]["leaves"] == 1
     assert validation["dims"] == {"ok": True, "requested": 1, "specialized": []}
+
+
+@requires("torch>=2.13")
+def test_an_onnx_conversion_of_a_program_is_checked_against_that_program():
+    pytest.importorskip("onnxruntime", reason="the ONNX check runs onnxruntime (pip install 'autopatch[onnx]')")
+    code = """
+import json, torch, autopatch
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 4)
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+torch.manual_seed(0)
+program = torch.export.export(Mlp().eval(), (torch.randn(2, 3),),
+                              dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
+torch.onnx.export(program, (torch.randn(5, 3),), dynamo=True)
+print(json.dumps(autopatch.last_export_report()["validation"]))
+"""
+    validation = _validation(run_py(code, EXPORT_PATCHES="1", EXPORT_PATCHES_VALIDATE="1"))
+    assert validation["ok"] is True, validation
+    assert validation["matches_eager"]["runner"] == "onnxruntime"
