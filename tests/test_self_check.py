@@ -45,6 +45,21 @@ print(json.dumps(autopatch.last_export_report()["validation"]))
 """
 
 
+#: A small model for the ONNX checks.
+MLP = """
+import json, torch, autopatch
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 4)
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+torch.manual_seed(0)
+"""
+
+
 def _validation(result):
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -135,18 +150,7 @@ print(json.dumps([model.calls.item(), autopatch.last_export_report()["validation
 @requires("torch>=2.13")
 def test_an_onnx_export_is_checked_with_onnxruntime():
     pytest.importorskip("onnxruntime", reason="the ONNX check runs onnxruntime (pip install 'autopatch[onnx]')")
-    code = """
-import json, torch, autopatch
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(3, 4)
-    def forward(self, x):
-        return torch.relu(self.linear(x))
-
-torch.manual_seed(0)
-torch.onnx.export(Mlp().eval(), (torch.randn(2, 3),), dynamo=True,
+    code = MLP + """torch.onnx.export(Mlp().eval(), (torch.randn(2, 3),), dynamo=True,
                   dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
 print(json.dumps(autopatch.last_export_report()["validation"]))
 """
@@ -159,18 +163,7 @@ print(json.dumps(autopatch.last_export_report()["validation"]))
 @requires("torch>=2.13")
 def test_an_onnx_conversion_of_a_program_is_checked_against_that_program():
     pytest.importorskip("onnxruntime", reason="the ONNX check runs onnxruntime (pip install 'autopatch[onnx]')")
-    code = """
-import json, torch, autopatch
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(3, 4)
-    def forward(self, x):
-        return torch.relu(self.linear(x))
-
-torch.manual_seed(0)
-program = torch.export.export(Mlp().eval(), (torch.randn(2, 3),),
+    code = MLP + """program = torch.export.export(Mlp().eval(), (torch.randn(2, 3),),
                               dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
 torch.onnx.export(program, (torch.randn(5, 3),), dynamo=True)
 print(json.dumps(autopatch.last_export_report()["validation"]))
