@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 from .diffs import format_diff
+from .scope import ANNOTATION
 
 
 def involved_in_graph(records, graph):
@@ -16,7 +17,7 @@ def involved_in_graph(records, graph):
         spec = record.spec
         if spec.mode == "entry":
             continue
-        key = f"autopatch:{spec.id}"
+        key = ANNOTATION + spec.id
         annotated = [n for n in nodes if key in (n.meta.get("custom") or {})]
         if annotated:
             pairs.append((record, annotated))
@@ -32,6 +33,22 @@ def involved_in_graph(records, graph):
         if hit:
             pairs.append((record, hit))
     return pairs
+
+
+def patches_in_program(program) -> dict:
+    """The patches whose replacements made nodes of the program (routers annotate every node they make:
+    ``node.meta["custom"]["autopatch:<id>"]``), with their node counts, most first: where to look first when the
+    program and eager disagree."""
+    counts: dict = {}
+    for node in getattr(getattr(program, "graph", None), "nodes", ()):
+        for patch_id in annotated_by(node):
+            counts[patch_id] = counts.get(patch_id, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def annotated_by(node) -> list:
+    """The ids of the patches whose routers made ``node``."""
+    return [key[len(ANNOTATION):] for key in node.meta.get("custom") or {} if key.startswith(ANNOTATION)]
 
 
 def _in_range(stack_trace: str, filename: str, start: int, end: int) -> bool:

@@ -7,6 +7,7 @@ Shared by ``EXPORT_PATCHES_REWRITE=auto`` (which function's ``if`` stopped the e
 
 from __future__ import annotations
 
+import functools
 import os
 import sysconfig
 import traceback
@@ -22,6 +23,7 @@ def causes(exc):
         exc = exc.__cause__ or exc.__context__
 
 
+@functools.lru_cache(maxsize=None)  # the same for the whole process; asked once per frame by is_outside
 def _library_roots() -> tuple[str, ...]:
     import torch
 

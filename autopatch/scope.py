@@ -32,6 +32,9 @@ _RECORDS: dict = {}
 #: ends: for patches that must see the module being exported (forward pre-hooks). A hook that raises is logged
 #: and left out; it never fails the export.
 _START_HOOKS: list = []
+#: The key prefix of the node annotations routers write (``node.meta["custom"]["autopatch:<id>"]``); read by
+#: ``attribution``.
+ANNOTATION = "autopatch:"
 
 
 def in_export() -> bool:
@@ -88,7 +91,7 @@ def make_router(original, replacement, record):
         replacement = functools.partial(replacement, original)
     # Nodes the replacement produces carry node.meta["custom"]["autopatch:<id>"], so that a graph tells which
     # patch made which node (torch keeps only the innermost user frame in stack traces: not enough).
-    annotate = _annotator({f"autopatch:{patch_id}": True})
+    annotate = _annotator({ANNOTATION + patch_id: True})
 
     def router(*args, **kwargs):
         if use_patch(patch_id):

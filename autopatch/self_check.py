@@ -60,6 +60,8 @@ def _program_of(result):
 def _matches_eager(model, inputs, result) -> dict:
     import torch
 
+    from .validate import _paths, leaf_difference  # validate's leaves by path and its comparison of one leaf
+
     args, kwargs = inputs
     with torch.no_grad(), _buffers_kept(model):
         expected = model(*copy.deepcopy(args), **copy.deepcopy(kwargs))
@@ -75,7 +77,7 @@ def _matches_eager(model, inputs, result) -> dict:
         else:
             got = result.module()(*copy.deepcopy(args), **copy.deepcopy(kwargs))
             runner = "program"
-    have, want = _leaves(got), _leaves(expected)
+    have, want = _paths(got), _paths(expected)
     if list(have) != list(want):
         return {"ok": False, "runner": runner, "problem": "output structure differs from eager's: program "
                 f"{sorted(set(have) - set(want))[:3]}, eager {sorted(set(want) - set(have))[:3]}"}
@@ -85,13 +87,7 @@ def _matches_eager(model, inputs, result) -> dict:
         if tuple(leaf.shape) != tuple(expected_leaf.shape):
             wrong.append(f"{path}: shape {tuple(leaf.shape)}, eager {tuple(expected_leaf.shape)}")
             continue
-        if expected_leaf.is_floating_point():
-            diff = (leaf.double() - expected_leaf.double()).abs().max().item() if leaf.numel() else 0.0
-            close = torch.allclose(leaf.double(), expected_leaf.double(), atol=TOLERANCE, rtol=TOLERANCE,
-                                   equal_nan=True)
-        else:
-            close = torch.equal(leaf, expected_leaf)
-            diff = 0.0 if close else float("inf")
+        diff, _, close = leaf_difference(leaf, expected_leaf, TOLERANCE)
         if diff > worst or worst_path == "-":
             worst_path, worst = path, diff
         if not close:
@@ -100,23 +96,13 @@ def _matches_eager(model, inputs, result) -> dict:
     if wrong:
         entry["problem"] = f"{len(wrong)} of {len(want)} leaves differ from eager beyond {TOLERANCE:g}: " + \
                            "; ".join(wrong[:3])
+        from .attribution import patches_in_program
+
         suspects = patches_in_program(_program_of(result))
         if suspects:
             entry["patches_in_program"] = suspects
             entry["problem"] += "; nodes in the program made by " + ", ".join(suspects)
     return entry
-
-
-def patches_in_program(program) -> dict:
-    """The patches whose replacements made nodes of the program (routers annotate every node they make:
-    ``node.meta["custom"]["autopatch:<id>"]``), with their node counts, most first: where to look first when the
-    program and eager disagree."""
-    counts: dict = {}
-    for node in getattr(getattr(program, "graph", None), "nodes", ()):
-        for key in node.meta.get("custom") or {}:
-            if key.startswith("autopatch:"):
-                counts[key[len("autopatch:"):]] = counts.get(key[len("autopatch:"):], 0) + 1
-    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 @contextlib.contextmanager
@@ -133,15 +119,6 @@ def _buffers_kept(model):
         for module, name, buffer, values in kept:
             buffer.data.copy_(values)
             module._buffers[name] = buffer
-
-
-def _leaves(output) -> dict:
-    import torch
-
-    from .validate import _dotted
-
-    flat, _ = torch.utils._pytree.tree_flatten_with_path(output)
-    return {_dotted(path): leaf for path, leaf in flat if isinstance(leaf, torch.Tensor)}
 
 
 def _dims(model, inputs, dynamic_shapes, program) -> dict:
@@ -191,13 +168,13 @@ def _named_inputs(model, inputs) -> dict:
     """The inputs by the names of ``forward``'s parameters, in order (how torch.export reads a dict of shapes)."""
     args, kwargs = inputs
     try:
-        bound = inspect.signature(model.forward).bind_partial(*args, **kwargs).arguments
+        signature = inspect.signature(model.forward)
+        bound = signature.bind_partial(*args, **kwargs).arguments
     except (TypeError, ValueError, AttributeError):
         return {f"args[{i}]": value for i, value in enumerate(args)} | dict(kwargs)
     named = {}
     for name, value in bound.items():
-        kind = inspect.signature(model.forward).parameters[name].kind
-        if kind is inspect.Parameter.VAR_KEYWORD:
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
             named.update(value)  # **kwargs: torch.export names them by their own keys
         else:
             named[name] = value
@@ -235,6 +212,6 @@ def _is_tensor_spec(spec) -> bool:
 def _is_dynamic(kind) -> bool:
     """A per-dim entry of dynamic_shapes that asks for a dynamic dim: a ``Dim``, ``Dim.AUTO``/``Dim.DYNAMIC`` or a
     name; not None, an int or ``Dim.STATIC``."""
-    if kind is None or isinstance(kind, int):
-        return False
-    return str(kind) not in ("_DimHint.STATIC", "DimHint.STATIC", "STATIC") and "STATIC" not in repr(kind)
+    from torch.export import Dim
+
+    return kind is not None and not isinstance(kind, int) and kind != Dim.STATIC

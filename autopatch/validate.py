@@ -335,11 +335,13 @@ def _run_time_checks(program) -> list:
     """The run-time checks of a torch.export program, grouped by who inserted them: the patch whose code made the
     node (its innermost ``autopatch:<id>`` annotation) or ``torch`` (its own guards turned into assertions), each
     with its count and first message."""
+    from .attribution import annotated_by
+
     found: dict = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or str(node.target) not in _CHECK_TARGETS:
             continue
-        marks = [key.split(":", 1)[1] for key in (node.meta.get("custom") or {}) if key.startswith("autopatch:")]
+        marks = annotated_by(node)
         by = marks[-1] if marks else "torch"
         message = next((arg for arg in node.args[1:] if isinstance(arg, str)), "")
         entry = found.setdefault(by, {"by": by, "count": 0, "message": message})
@@ -416,14 +418,7 @@ def _compare(got: dict, expected: dict, tolerance: float, label: str, leaves: di
         have = torch.as_tensor(got[path])
         if tuple(have.shape) != tuple(want.shape):
             raise StageFailed(f"{label}: {path} has shape {tuple(have.shape)}, eager {tuple(want.shape)}")
-        if want.is_floating_point():
-            diff = (have.double() - want.double()).abs()
-            absolute = diff.max().item() if diff.numel() else 0.0
-            relative = (diff / want.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
-            ok = torch.allclose(have.double(), want.double(), atol=tolerance, rtol=tolerance, equal_nan=True)
-        else:
-            absolute = relative = 0.0 if torch.equal(have, want) else float("inf")
-            ok = absolute == 0.0
+        absolute, relative, ok = leaf_difference(have, want, tolerance)
         worst = leaves.setdefault(path, {"max_abs": 0.0, "max_rel": 0.0, "ok": True})
         worst.update(max_abs=max(worst["max_abs"], absolute), max_rel=max(worst["max_rel"], relative),
                      ok=worst["ok"] and ok)
@@ -433,12 +428,27 @@ def _compare(got: dict, expected: dict, tolerance: float, label: str, leaves: di
                           f"{wrong[0]} (max abs {leaves[wrong[0]]['max_abs']:.3g})")
 
 
+def leaf_difference(have, want, tolerance: float) -> tuple[float, float, bool]:
+    """(max abs, max rel, within tolerance) of one output leaf against eager's, of the same shape: floats within
+    ``tolerance`` (absolute and relative, NaN equal to NaN), anything else exactly."""
+    import torch
+
+    if want.is_floating_point():
+        diff = (have.double() - want.double()).abs()
+        absolute = diff.max().item() if diff.numel() else 0.0
+        relative = (diff / want.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        return absolute, relative, torch.allclose(have.double(), want.double(), atol=tolerance, rtol=tolerance,
+                                                  equal_nan=True)
+    exact = torch.equal(have, want)
+    return (0.0, 0.0, True) if exact else (float("inf"), float("inf"), False)
+
+
 def _compare_naming_patches(got, expected, tolerance, label, leaves, program) -> None:
     """``_compare``; a discrepancy also names the patches whose replacements made nodes of the program."""
     try:
         _compare(got, expected, tolerance, label, leaves)
     except StageFailed as exc:
-        from .self_check import patches_in_program
+        from .attribution import patches_in_program
 
         suspects = patches_in_program(program)
         if not suspects:
