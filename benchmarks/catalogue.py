@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -38,15 +39,15 @@ from autopatch.models.builders import (  # noqa: E402  (the package's tiny-model
     generate_positions, generator, left_pad, left_pads, make_model, pad_token_id_of, prefill_inputs, random_ids, rope,
     seq2seq_decode_inputs, seq2seq_forward_inputs, transformers_module,
 )
+from autopatch.models import handmade  # noqa: E402
 
-# Shared tiny sizes (hidden 64, at least 2 layers, 4 heads, 2 kv heads, vocab 128); sizes only, no code path.
-TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+# The shared tiny sizes and token ids of the package's hand-sized models; sizes only, no code path.
+TINY = {**handmade.SIZES, **handmade.TOKENS}
 
 # The special window of the *_past_window cases: every decode set's past (6, 8, 9) and every prefill (5-9
 # tokens) is beyond it.  transformers branches in Python on "past the window or not", so the real windows (4096,
 # 128) never reach that branch at these sizes: it gets cases of its own.
-PAST_WINDOW = 4
+PAST_WINDOW = handmade.PAST_WINDOW
 # The window of the *_cross_window cases, and their sizes: A and B inside it (prefills of 5 and 6 tokens; decode
 # steps whose past and new tokens stay below the window), C beyond it (12 tokens; a past of 13): one program
 # traced inside the window must serve a past beyond it, as a generation loop does.
@@ -255,33 +256,7 @@ def _decoder_cases():
 # encoder-decoder
 # ---------------------------------------------------------------------------------------------------------------
 
-BART_LIKE = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                 decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, pad_token_id=1,
-                 decoder_start_token_id=2, eos_token_id=2)
-
-SEQ2SEQ = [
-    ("bart", "BartConfig", "BartForConditionalGeneration", BART_LIKE),
-    ("marian", "MarianConfig", "MarianMTModel", {**BART_LIKE, "decoder_vocab_size": 128, "pad_token_id": 1}),
-    ("t5", "T5Config", "T5ForConditionalGeneration",
-     dict(vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
-          decoder_start_token_id=0)),
-]
-
-# (batch, source, past, seq)
-def _whisper_inputs(model, config, batch, past, seq, seed, decode):
-    import torch
-
-    g = generator(seed)
-    frames = 2 * config.max_source_positions  # whisper's encoder takes exactly this many frames
-    features = torch.randn(batch, config.num_mel_bins, frames, generator=g)
-    if not decode:
-        return {"input_features": features, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq),
-                "use_cache": False}
-    with torch.no_grad():
-        prefix = random_ids(g, config.vocab_size, batch, past)
-        cache = model(input_features=features, decoder_input_ids=prefix, use_cache=True).past_key_values
-    return {"input_features": features, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq),
-            "past_key_values": cache}
+SEQ2SEQ = ("bart", "marian", "t5")
 
 
 def _half(build):
@@ -296,41 +271,32 @@ def _half(build):
     return half
 
 
+def _seq2seq_forward(name):
+    model, cfg = handmade.build(name)
+    return (model, *[seq2seq_forward_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_FORWARD)])
+
+
+# (batch, source, past, seq): whisper's source is its fixed number of audio frames, the sizes say nothing of it
+WHISPER_DECODE = [(2, 0, 3, 2), (3, 0, 4, 3), (1, 0, 6, 1)]
+
+
+def _seq2seq_decode(name):
+    model, cfg = handmade.build(name)
+    sizes = WHISPER_DECODE if name == "whisper" else SEQ2SEQ_DECODE
+    return (model, *[seq2seq_decode_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(sizes)])
+
+
 def _seq2seq_cases():
     cases = []
-    for name, config_name, model_name, config in SEQ2SEQ:
-        def forward(config_name=config_name, model_name=model_name, config=config):
-            model, cfg = make_model(config_name, model_name, **config)
-            return (model, *[seq2seq_forward_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_FORWARD)])
-
-        def decode(config_name=config_name, model_name=model_name, config=config):
-            model, cfg = make_model(config_name, model_name, **config)
-            return (model, *[seq2seq_decode_inputs(model, cfg, *s, seed=i + 1) for i, s in enumerate(SEQ2SEQ_DECODE)])
-
+    for name in (*SEQ2SEQ, "whisper"):
+        needs = handmade.SEQ2SEQ[name][:2]
+        forward, decode = partial(_seq2seq_forward, name), partial(_seq2seq_decode, name)
         if name in ("bart", "t5"):
-            cases.append(Case(f"{name}/forward", "seq2seq", "forward", forward, needs=(config_name, model_name)))
+            cases.append(Case(f"{name}/forward", "seq2seq", "forward", forward, needs=needs))
         if name in ("bart", "marian"):  # their encoder layers clamp float16 behind a tensor condition
-            cases.append(Case(f"{name}_fp16/forward", "seq2seq", "forward", _half(forward),
-                              needs=(config_name, model_name), note="float16: the encoder's clamp `if`"))
-        cases.append(Case(f"{name}/decode", "seq2seq", "decode", decode, needs=(config_name, model_name)))
-
-    # max_source_positions is a size here: the encoder takes exactly twice as many frames, and no branch reads it.
-    whisper = dict(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
-                   max_source_positions=16, pad_token_id=1, decoder_start_token_id=2, eos_token_id=2,
-                   bos_token_id=2, suppress_tokens=None, begin_suppress_tokens=None)
-
-    def whisper_case(decode):
-        def build():
-            model, cfg = make_model("WhisperConfig", "WhisperForConditionalGeneration", **whisper)
-            sizes = [(2, 3, 2), (3, 4, 3), (1, 6, 1)] if decode else [(2, 0, 4), (3, 0, 6), (4, 0, 3)]
-            return (model, *[_whisper_inputs(model, cfg, *s, seed=i + 1, decode=decode) for i, s in enumerate(sizes)])
-
-        kind = "decode" if decode else "forward"
-        return Case(f"whisper/{kind}", "seq2seq", kind, build,
-                    needs=("WhisperConfig", "WhisperForConditionalGeneration"))
-
-    cases += [whisper_case(True)]
+            cases.append(Case(f"{name}_fp16/forward", "seq2seq", "forward", _half(forward), needs=needs,
+                              note="float16: the encoder's clamp `if`"))
+        cases.append(Case(f"{name}/decode", "seq2seq", "decode", decode, needs=needs))
     return cases
 
 
@@ -575,36 +541,30 @@ def _torch_cases():
 
 #: The package's tiny VLMs (autopatch.models.vlms: one definition for tests and benchmarks), imported when a case is
 #: built.
-VLM_ZOO = [("vipllava", "VipLlavaConfig"), ("paligemma", "PaliGemmaConfig"), ("aya_vision", "AyaVisionConfig"),
+VLMS = [("vipllava", "VipLlavaConfig"), ("paligemma", "PaliGemmaConfig"), ("aya_vision", "AyaVisionConfig"),
            ("internvl", "InternVLConfig"), ("got_ocr2", "GotOcr2Config"), ("cohere2_vision", "Cohere2VisionConfig"),
            ("fuyu", "FuyuConfig")]
 
 
-IDEFICS_ZOO = [("idefics2", "Idefics2Config"), ("idefics3", "Idefics3Config"), ("smolvlm", "SmolVLMConfig")]
+IDEFICS_VLMS = [("idefics2", "Idefics2Config"), ("idefics3", "Idefics3Config"), ("smolvlm", "SmolVLMConfig")]
 
 
-def _vlm_zoo():
-    from autopatch.models import vlms
-
-    return vlms
-
-
-# What the tests' zoo pins for the tests' own regimes, given back to each text config class here: the zoo's
+# What autopatch.models.vlms pins for the tests' own regimes, given back to each text config class here: its
 # max_position_embeddings 256, and Cohere2's window 4 in a two-layer pattern (aya_vision, cohere2_vision).
-ZOO_PINNED = ("max_position_embeddings", "sliding_window", "layer_types", "sliding_window_pattern",
-              "_sliding_window_pattern", "rope_parameters", "rope_scaling")
+VLMS_PIN = ("max_position_embeddings", "sliding_window", "layer_types", "sliding_window_pattern",
+            "_sliding_window_pattern", "rope_parameters", "rope_scaling")
 
 # Vision-language models whose text model has sliding layers: also past a window of PAST_WINDOW.
 VLM_PAST_WINDOW = ("aya_vision", "cohere2_vision")
 
 
 def own_text_settings(model, **special):
-    """The zoo's model rebuilt (same seed, same sizes) with its text config class's own code-path settings
-    (``ZOO_PINNED``) and pattern depth, then ``special`` (a past-the-window case's window)."""
+    """The hand-sized VLM rebuilt (same seed, same sizes) with its text config class's own code-path settings
+    (``VLMS_PIN``) and pattern depth, then ``special`` (a past-the-window case's window)."""
     import torch
 
     config, text = model.config, model.config.text_config
-    kwargs = {k: v for k, v in text.to_dict().items() if k not in ZOO_PINNED}
+    kwargs = {k: v for k, v in text.to_dict().items() if k not in VLMS_PIN}
     config.text_config = type(text)(**at_own_depth(type(text), {**kwargs, **special}))
     torch.manual_seed(0)
     return type(model)(config).eval()
@@ -613,9 +573,10 @@ def own_text_settings(model, **special):
 def _vlm_cases():
     def case(name, config_class, padded=False, variant="", special=None):
         def build():
-            zoo = _vlm_zoo()
-            model = own_text_settings(zoo.build(name), **(special or {}))
-            sets = [{**zoo.prefill(name, batch, seq, seed=i + 1), "use_cache": False}
+            from autopatch.models import vlms
+
+            model = own_text_settings(vlms.build(name), **(special or {}))
+            sets = [{**vlms.prefill(name, batch, seq, seed=i + 1), "use_cache": False}
                     for i, (batch, seq) in enumerate(PREFILL)]
             if padded:
                 sets = _left_padded(model, sets, [seq for _, seq in PREFILL])
@@ -629,9 +590,10 @@ def _vlm_cases():
         sizes = [(2, 5, 2), (3, 7, 3), (4, 9, 1)]
 
         def build():
-            zoo = _vlm_zoo()
-            model = own_text_settings(zoo.build_idefics(name))
-            sets = [{**zoo.idefics_prefill(batch, seq, images, seed=i + 1), "use_cache": False}
+            from autopatch.models import vlms
+
+            model = own_text_settings(vlms.build_idefics(name))
+            sets = [{**vlms.idefics_prefill(batch, seq, images, seed=i + 1), "use_cache": False}
                     for i, (batch, seq, images) in enumerate(sizes)]
             if padded:
                 sets = _left_padded(model, sets, [seq for _, seq, _ in sizes])
@@ -642,12 +604,12 @@ def _vlm_cases():
                                    padded))
 
     cases = []
-    for name, config_class in VLM_ZOO:
+    for name, config_class in VLMS:
         cases += [case(name, config_class, padded) for padded in (False, True)]
         if name in VLM_PAST_WINDOW:
             cases += [case(name, config_class, padded, "_past_window", {"sliding_window": PAST_WINDOW})
                       for padded in (False, True)]
-    for name, config_class in IDEFICS_ZOO:
+    for name, config_class in IDEFICS_VLMS:
         cases += [idefics(name, config_class, padded) for padded in (False, True)]
     return cases
 

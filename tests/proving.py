@@ -29,7 +29,10 @@ class Proof:
     excluded in the first half).  Every leaf and the structure are compared, within
     ``tolerance`` (``torch.testing.assert_close``'s own by default), with ``reference(model, inputs)``: eager on a
     copy of the inputs unless given (a model with state, such as dynamic RoPE's growing cache, wants a fresh copy
-    of the model each time)."""
+    of the model each time).  ``raises``: the class of the export error without the rows; ``shapes(model)``: the
+    dynamic shapes as a user writes them, guessed from the two input sets otherwise; ``fails_at_run``: without
+    the rows the export may pass and the program fail on its run sets instead (a guard, a registration of
+    transformers' own that flattens in another order), so those are run too."""
 
     name: str
     build: Callable[[], tuple]
@@ -39,15 +42,41 @@ class Proof:
     strict: bool = False
     reference: Callable | None = None
     tolerance: dict = field(default_factory=dict)
+    raises: type = Exception
+    shapes: Callable | None = None
+    fails_at_run: bool = False
 
 
-def export(model, traced: dict, other: dict | None = None, *, shapes=None, strict: bool = False):
-    """``torch.export.export`` as a user calls it: keyword inputs, dynamic shapes guessed from two input sets
-    unless given, no autograd; the inputs are copied (a cache is mutated by the trace)."""
+def export(model, traced: dict | tuple, other: dict | tuple | None = None, *, shapes=None, strict: bool = False):
+    """``torch.export.export`` as a user calls it: keyword inputs (a tuple: positional ones), dynamic shapes
+    guessed from two input sets unless given, no autograd; the inputs are copied (a cache is mutated by the
+    trace)."""
     if shapes is None:
         shapes = autopatch.guess_dynamic_shapes(traced, other)
+    args, kwargs = (traced, {}) if isinstance(traced, tuple) else ((), traced)
     with torch.no_grad():
-        return torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes, strict=strict)
+        return torch.export.export(model, copy.deepcopy(args), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes,
+                                   strict=strict)
+
+
+def export_onnx(model, traced: dict | tuple, other: dict | tuple | None = None, *, shapes=None, **options):
+    """``torch.onnx.export(..., dynamo=True)`` as a user calls it, inputs and shapes as ``export`` takes them;
+    ``options``: the exporter's own (``output_names``...)."""
+    if shapes is None:
+        shapes = autopatch.guess_dynamic_shapes(traced, other)
+    args, kwargs = (traced, {}) if isinstance(traced, tuple) else ((), traced)
+    with torch.no_grad():
+        return torch.onnx.export(model, copy.deepcopy(args), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes,
+                                 dynamo=True, verbose=False, **options)
+
+
+def assert_onnx_matches(got, expected, **tolerance) -> None:
+    """onnxruntime's outputs (a flat list) against eager's, every leaf in the order the active registrations
+    flatten it: as many, each close."""
+    leaves = torch.utils._pytree.tree_leaves(expected)
+    assert len(got) == len(leaves), (len(got), len(leaves))
+    for got_leaf, expected_leaf in zip(got, leaves):
+        torch.testing.assert_close(torch.as_tensor(got_leaf), expected_leaf, **tolerance)
 
 
 def assert_same_outputs(got, expected, **tolerance) -> None:
@@ -67,13 +96,21 @@ def _selection(case: Proof, with_rows: bool) -> str:
     return ",".join([*case.beside, *(f"-{row}" for row in case.rows)]) if case.beside else "none"
 
 
+def _shapes(case: Proof, model):
+    return case.shapes(model) if case.shapes else None
+
+
 def fails_without(case: Proof, make_agent, built=None) -> None:
-    """The export stops, with the case's error, when its rows are not selected (the rows beside it are)."""
-    model, traced, other, _ = built or case.build()
+    """The export stops, with the case's error, when its rows are not selected (the rows beside it are); with
+    ``fails_at_run``, the export or the program on one of the run sets."""
+    model, traced, other, runs = built or case.build()
     own = make_agent(registry.PATCHES, _selection(case, with_rows=False))
     try:
-        with pytest.raises(Exception, match=case.fails_with):
-            export(model, traced, other, strict=case.strict)
+        with pytest.raises(case.raises, match=case.fails_with):
+            program = export(model, traced, other, shapes=_shapes(case, model), strict=case.strict)
+            for inputs in runs if case.fails_at_run else ():
+                with torch.no_grad():
+                    program.module()(**copy.deepcopy(inputs))
     finally:
         own.disable()  # one private agent at a time: the next half makes its own
 
@@ -85,7 +122,7 @@ def exports_with(case: Proof, make_agent, built=None):
     own = make_agent(registry.PATCHES, _selection(case, with_rows=True))
     for row in case.rows:
         assert row in own.records, f"{row} is not a shipped patch"
-    program = export(model, traced, other, strict=case.strict)
+    program = export(model, traced, other, shapes=_shapes(case, model), strict=case.strict)
     reference = case.reference or (lambda model, inputs: model(**copy.deepcopy(inputs)))
     assert runs, "a proof runs the program at other sizes than traced"
     for inputs in runs:

@@ -267,13 +267,13 @@ def test_export_family_child_times_each_case_and_reports_failures():
     assert all(full["cases"][name]["seconds"] > 0 and full["cases"][name]["error"] is None for name in names)
 
 
-def test_the_benchmark_vlm_list_is_the_tests_zoo():
+def test_the_benchmark_vlm_list_is_the_packages():
     import catalogue
 
-    from autopatch.models import vlms as vlm_zoo
+    from autopatch.models import vlms
 
-    assert [name for name, _ in catalogue.VLM_ZOO] == list(vlm_zoo.NAMES)
-    assert [name for name, _ in catalogue.IDEFICS_ZOO] == list(vlm_zoo.IDEFICS)
+    assert [name for name, _ in catalogue.VLMS] == list(vlms.NAMES)
+    assert [name for name, _ in catalogue.IDEFICS_VLMS] == list(vlms.IDEFICS)
 
 
 # --- real regimes: the config classes' own windows and patterns, padded batches -----------------------------------

@@ -129,10 +129,9 @@ def test_a_decode_step_pins_the_attention_that_takes_the_cache_and_the_agent_fla
 
 
 def test_a_local_config_directory(tmp_path):
-    import transformers
+    from autopatch.models import handmade
 
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, architectures=["LlamaForCausalLM"])
+    config = handmade.config("llama", architectures=["LlamaForCausalLM"])
     config.save_pretrained(tmp_path)
     report = _report("--model", str(tmp_path), "--step", "prefill")
     assert report["ok"] and report["model"].startswith("LlamaForCausalLM"), report

@@ -7,7 +7,6 @@ row: the decode step fails without it (at export, or on the program's first call
 eager, caches included, at batch sizes and past lengths other than traced."""
 
 import contextlib
-import copy
 
 import pytest
 import torch
@@ -15,9 +14,11 @@ import torch.utils._pytree as pytree
 import transformers
 
 import autopatch
-import zoo
+import proving
 from autopatch import diffs, registry
 from autopatch.agent import Agent
+from autopatch.models import builders, handmade, recurrent
+from proving import Proof
 
 pytestmark = pytest.mark.requires("transformers>=4.48,<4.56")
 
@@ -36,6 +37,16 @@ STRICT = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "st
 DYN = torch.export.Dim.DYNAMIC
 
 
+def legacy_case(name, build_case, row, beside=TORCH, strict=False, shapes=None, also=()):
+    """The decode step ``name`` proven on the legacy row ``row`` (and ``also``, rows it uses with it): the rest of
+    LEGACY and ``beside`` on in both halves. Without the rows the failure is the export's, or (4.50-4.53's own
+    registration exports) the program's on its first call: both are looked for."""
+    rows = (row, *also)
+    others = tuple(i for i in LEGACY if i not in rows)
+    return Proof(name, build_case, rows=rows, fails_with=NOT_A_NODE, beside=(*beside, *others), strict=strict,
+                 shapes=shapes, fails_at_run=True)
+
+
 @contextlib.contextmanager
 def patches(*ids):
     own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id in ids])
@@ -44,25 +55,6 @@ def patches(*ids):
         yield own
     finally:
         own.disable()
-
-
-def _compare(got, expected):
-    torch.testing.assert_close(got.logits, expected.logits)
-    cache_got, cache_expected = _cache_of(got), _cache_of(expected)
-    assert type(cache_got) is type(cache_expected)
-    torch.testing.assert_close(pytree.tree_leaves(cache_got), pytree.tree_leaves(cache_expected))
-
-
-def _cache_of(output):
-    return getattr(output, "past_key_values", None) or getattr(output, "cache_params", None)
-
-
-def _export_and_run(model, traced, shapes, runs, strict):
-    """Exports ``model`` on ``traced`` and checks the program against eager on every input set of ``runs``."""
-    with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes, strict=strict)
-        for inputs in runs:
-            _compare(program.module()(**copy.deepcopy(inputs)), model(**copy.deepcopy(inputs)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -78,18 +70,27 @@ def _values(cache):
     return [layer.values for layer in cache.layers] if hasattr(cache, "layers") else list(cache.value_cache)
 
 
-def _llama_case():
-    model, config = zoo.build("llama")
-    traced = zoo.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
-    runs = [zoo.decode_inputs(model, config, batch=b, past=p, seq=s, seed=p) for b, p, s in [(3, 9, 2), (1, 17, 1)]]
-    cache = [[{0: DYN, 2: DYN}] * config.num_hidden_layers] * 2
-    shapes = {"input_ids": {0: DYN, 1: DYN}, "attention_mask": {0: DYN, 1: DYN}, "past_key_values": cache}
-    return model, traced, shapes, runs
+def _llama_step():
+    model, config = handmade.build("llama")
+    traced = builders.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
+    runs = [builders.decode_inputs(model, config, batch=b, past=p, seq=s, seed=p) for b, p, s in [(3, 9, 2), (1, 17, 1)]]
+    return model, traced, runs[0], runs
+
+
+def _llama_shapes(model):
+    """As a user writes them for transformers' own layout: {key_cache, value_cache}, batch and length dynamic."""
+    cache = [[{0: DYN, 2: DYN}] * model.config.num_hidden_layers] * 2
+    return {"input_ids": {0: DYN, 1: DYN}, "attention_mask": {0: DYN, 1: DYN}, "past_key_values": cache}
+
+
+def dynamic_case(strict=False):
+    return legacy_case("llama/dynamic_cache", _llama_step, "pytree.legacy.dynamic_cache", strict=strict,
+                       shapes=_llama_shapes)
 
 
 def test_dynamic_cache_round_trip(agent):
-    model, config = zoo.build("llama")
-    cache = zoo.decode_inputs(model, config, batch=2, past=5, seq=1)["past_key_values"]
+    model, config = handmade.build("llama")
+    cache = builders.decode_inputs(model, config, batch=2, past=5, seq=1)["past_key_values"]
     with patches("pytree.legacy.dynamic_cache") as own:
         assert own.records["pytree.legacy.dynamic_cache"].state in ("applied", "applied-late")
         leaves, spec = pytree.tree_flatten(cache)
@@ -110,31 +111,26 @@ def test_dynamic_cache_round_trip(agent):
     pytest.param(False, marks=pytest.mark.requires("transformers<4.54"), id="non-strict"),
     pytest.param(True, id="strict"),
 ])
-def test_dynamic_cache_decode_fails_without_legacy_rows(agent, strict):
-    model, traced, shapes, runs = _llama_case()
-    with patches(*TORCH), pytest.raises(Exception, match=NOT_A_NODE):
-        _export_and_run(model, traced, shapes, runs, strict)
+def test_dynamic_cache_decode_fails_without_legacy_rows(make_agent, strict):
+    proving.fails_without(dynamic_case(strict), make_agent)
 
 
 @STRICT
-def test_dynamic_cache_decode_with_legacy_rows(agent, strict):
-    model, traced, shapes, runs = _llama_case()
-    with patches(*TORCH, *LEGACY) as own:
-        _export_and_run(model, traced, shapes, runs, strict)
-        assert own.records["pytree.legacy.dynamic_cache"].hits > 0
-        if transformers.__version__ >= "4.50":
-            detail = own.records["pytree.legacy.dynamic_cache"].detail
-            assert "replaced the registration by transformers.cache_utils" in detail
-            assert "torch.fx flatten spec" in detail
+def test_dynamic_cache_decode_with_legacy_rows(make_agent, strict):
+    _, own = proving.exports_with(dynamic_case(strict), make_agent)
+    if transformers.__version__ >= "4.50":
+        detail = own.records["pytree.legacy.dynamic_cache"].detail
+        assert "replaced the registration by transformers.cache_utils" in detail
+        assert "torch.fx flatten spec" in detail
 
 
 @pytest.mark.requires("transformers<4.51")
-def test_len_of_tensor_in_cache_code_fixes_the_batch_without_rows(agent):
+def test_len_of_tensor_in_cache_code_fixes_the_batch_without_rows(make_agent):
     # Non-strict: there len() of a fake tensor returns the traced size. Dynamo (strict=True) keeps it symbolic.
-    model, traced, shapes, runs = _llama_case()
     others = tuple(i for i in TORCH if i not in LEN_OF_TENSOR)
-    with patches(*others, *LEGACY), pytest.raises(Exception, match="specialized it to be a constant"):
-        _export_and_run(model, traced, shapes, runs, strict=False)
+    case = Proof("llama/len_of_tensor", _llama_step, rows=LEN_OF_TENSOR, fails_with="specialized it to be a constant",
+                 beside=(*others, *LEGACY), shapes=_llama_shapes, fails_at_run=True)
+    proving.fails_without(case, make_agent)
 
 
 @pytest.mark.requires("transformers<4.51")
@@ -167,28 +163,36 @@ def test_disable_restores_transformers_registration(agent):
 
 
 def _bart_inputs(model, config, **sizes):
-    inputs = zoo.seq2seq_decode_inputs(model, config, **sizes)
+    inputs = builders.seq2seq_decode_inputs(model, config, **sizes)
     if isinstance(inputs["past_key_values"], tuple):  # these versions' bart still returns the legacy tuples
         inputs["past_key_values"] = transformers.EncoderDecoderCache.from_legacy_cache(inputs["past_key_values"])
     return inputs
 
 
-def _bart_case():
-    model, config = zoo.build_seq2seq("bart")
+def _bart_step():
+    model, config = handmade.build("bart")
     traced = _bart_inputs(model, config, batch=2, source=7, past=5, seq=1, seed=1)
     runs = [_bart_inputs(model, config, batch=b, source=s, past=p, seq=1, seed=p) for b, s, p in [(3, 4, 8), (1, 9, 2)]]
-    layer = [{0: DYN, 2: DYN}] * config.decoder_layers
-    cross = [{0: DYN, 2: DYN}] * config.decoder_layers
-    shapes = {"input_ids": {0: DYN, 1: DYN}, "decoder_input_ids": {0: DYN},
-              "past_key_values": [[layer, layer], [cross, cross]]}
-    return model, traced, shapes, runs
+    return model, traced, runs[0], runs
+
+
+def _bart_shapes(model):
+    """As a user writes them: the self-attention and the cross-attention caches, each {key_cache, value_cache}."""
+    layer = [{0: DYN, 2: DYN}] * model.config.decoder_layers
+    cross = [{0: DYN, 2: DYN}] * model.config.decoder_layers
+    return {"input_ids": {0: DYN, 1: DYN}, "decoder_input_ids": {0: DYN},
+            "past_key_values": [[layer, layer], [cross, cross]]}
+
+
+def bart_case(strict=False):
+    # The two caches inside are DynamicCaches: the legacy row flattens them.
+    return legacy_case("bart/encoder_decoder_cache", _bart_step, "pytree.encoder_decoder_cache", strict=strict,
+                       shapes=_bart_shapes, also=("pytree.legacy.dynamic_cache",))
 
 
 @STRICT
-def test_encoder_decoder_cache_fails_without_rows(agent, strict):
-    model, traced, shapes, runs = _bart_case()
-    with patches(*TORCH), pytest.raises(Exception, match=NOT_A_NODE):
-        _export_and_run(model, traced, shapes, runs, strict)
+def test_encoder_decoder_cache_fails_without_rows(make_agent, strict):
+    proving.fails_without(bart_case(strict), make_agent)
 
 
 @pytest.mark.parametrize("strict", [
@@ -196,11 +200,8 @@ def test_encoder_decoder_cache_fails_without_rows(agent, strict):
     # 4.54-4.55's EncoderDecoderCache.__init__ runs Cache.__init__ (inspect.signature): a known limit there.
     pytest.param(True, marks=pytest.mark.requires("transformers!=4.54.*,!=4.55.*"), id="strict"),
 ])
-def test_encoder_decoder_cache_with_rows(agent, strict):
-    model, traced, shapes, runs = _bart_case()
-    with patches(*TORCH, *LEGACY, *ENCODER_DECODER) as own:
-        _export_and_run(model, traced, shapes, runs, strict)
-        assert own.records["pytree.encoder_decoder_cache"].hits > 0
+def test_encoder_decoder_cache_with_rows(make_agent, strict):
+    proving.exports_with(bart_case(strict), make_agent)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -226,14 +227,13 @@ def _fixed_inputs(model, config, cache_cls, batch, past, seed, cache_arg="past_k
 
 
 FIXED = {
-    # name: (config class, model class, config overrides, cache class, cache argument, row)
-    "static_llama": ("LlamaConfig", "LlamaForCausalLM", {}, "StaticCache", "past_key_values",
-                     "pytree.legacy.static_cache"),
-    "hybrid_gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(head_dim=16, sliding_window=4), "HybridCache",
-                      "past_key_values", "pytree.legacy.hybrid_cache"),
-    "mamba": ("MambaConfig", "MambaForCausalLM",
-              dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4),
-              "MambaCache", "cache_params",
+    # name: (build the model and its config, cache class, cache argument, row)
+    "static_llama": (lambda: handmade.build("llama"), "StaticCache", "past_key_values", "pytree.legacy.static_cache"),
+    # The hand-sized sizes with Gemma 2's own alternating sliding/full layers, a window of 4 the pasts leave.
+    "hybrid_gemma2": (lambda: builders.make_model("Gemma2Config", "Gemma2ForCausalLM", **handmade.SIZES, head_dim=16,
+                                                  sliding_window=4),
+                      "HybridCache", "past_key_values", "pytree.legacy.hybrid_cache"),
+    "mamba": (lambda: recurrent.build("mamba_legacy"), "MambaCache", "cache_params",
               # 4.54 moved MambaCache to modeling_mamba, where the 4.x model-cache row takes it.
               "pytree.legacy.mamba_cache" if getattr(getattr(transformers, "MambaCache", None), "__module__", "")
               == "transformers.cache_utils"
@@ -241,45 +241,45 @@ FIXED = {
 }
 
 
-def _fixed_case(name):
-    config_name, model_name, extra, cache_cls, cache_arg, _ = FIXED[name]
-    base = zoo.COMMON if cache_cls != "MambaCache" else {}
-    config = getattr(transformers, config_name)(**{**base, **extra})
-    torch.manual_seed(0)
-    model = getattr(transformers, model_name)(config).eval()
-    traced = _fixed_inputs(model, config, cache_cls, batch=2, past=6, seed=1, cache_arg=cache_arg)
-    runs = [_fixed_inputs(model, config, cache_cls, batch=b, past=p, seed=p, cache_arg=cache_arg)
-            for b, p in [(3, 9), (1, 2)]]
-    # Cache layouts differ by version (4.48's MambaCache stacks the layers, batch second): the spec is guessed
-    # from two input sets, under the row that defines the flattening.
-    with patches(FIXED[name][5]):
-        shapes = autopatch.guess_dynamic_shapes(traced, runs[0])
-    return model, traced, shapes, runs
+def fixed_case(name, strict=False):
+    """A decode step at ``cache_position`` in a fixed-size cache."""
+    build, cache_cls, cache_arg, row = FIXED[name]
+    guessed = {}
+
+    def build_case():
+        model, config = build()
+        traced = _fixed_inputs(model, config, cache_cls, batch=2, past=6, seed=1, cache_arg=cache_arg)
+        runs = [_fixed_inputs(model, config, cache_cls, batch=b, past=p, seed=p, cache_arg=cache_arg)
+                for b, p in [(3, 9), (1, 2)]]
+        # Cache layouts differ by version (4.48's MambaCache stacks the layers, batch second): the spec is guessed
+        # from two input sets under the row that defines the flattening, and given as is in both halves (without
+        # the row, 4.48's caches are modules torch takes as constants: a guess then marks nothing in them).
+        with patches(row):
+            guessed[model] = autopatch.guess_dynamic_shapes(traced, runs[0])
+        return model, traced, runs[0], runs
+
+    return legacy_case(f"{name}/fixed", build_case, row, beside=(*TORCH, *_transformers_rows()), strict=strict,
+                       shapes=lambda model: guessed[model])
 
 
 @pytest.mark.parametrize("name", list(FIXED))
 @STRICT
-def test_fixed_size_cache_fails_without_legacy_rows(agent, name, strict):
-    model, traced, shapes, runs = _fixed_case(name)
-    with patches(*TORCH, *_transformers_rows()), pytest.raises(Exception, match=NOT_A_NODE):
-        _export_and_run(model, traced, shapes, runs, strict)
+def test_fixed_size_cache_fails_without_legacy_rows(make_agent, name, strict):
+    proving.fails_without(fixed_case(name, strict), make_agent)
 
 
 @pytest.mark.parametrize("name", list(FIXED))
 @STRICT
-def test_fixed_size_cache_with_legacy_rows(agent, name, strict):
-    model, traced, shapes, runs = _fixed_case(name)
-    with patches(*TORCH, *_transformers_rows(), *LEGACY) as own:
-        _export_and_run(model, traced, shapes, runs, strict)
-        assert own.records[FIXED[name][5]].hits > 0
+def test_fixed_size_cache_with_legacy_rows(make_agent, name, strict):
+    proving.exports_with(fixed_case(name, strict), make_agent)
 
 
 @pytest.mark.parametrize("name", [*FIXED, "bart"])
 def test_round_trip(agent, name):
     """flatten -> unflatten gives the same class holding the same tensors (identical objects), and flattens again
     to the same spec: the structure is all in the context, the data all in the leaves."""
-    model, traced, _, _ = _bart_case() if name == "bart" else _fixed_case(name)
-    cache_arg = "past_key_values" if name == "bart" else FIXED[name][4]
+    _, traced, _, _ = (bart_case() if name == "bart" else fixed_case(name)).build()
+    cache_arg = "past_key_values" if name == "bart" else FIXED[name][2]
     cache = traced[cache_arg]
     with patches(*LEGACY, *ENCODER_DECODER):
         leaves, spec = pytree.tree_flatten(cache)

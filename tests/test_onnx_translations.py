@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import autopatch
+import proving
 from autopatch.errors import causes
 from conftest import REPO, clean_env, needs_onnx, requires
 
@@ -98,9 +99,8 @@ def _attention_inputs(batch: int, length: int, hidden_rows: int, boolean: bool =
 def _export_attention(boolean: bool = True):
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     qkv = {0: batch, 2: length}
-    with torch.no_grad():
-        return torch.onnx.export(Attention(), _attention_inputs(2, 5, 2, boolean), dynamo=True, verbose=False,
-                                 dynamic_shapes=(qkv, qkv, qkv, {0: batch, 2: length, 3: length}))
+    return proving.export_onnx(Attention(), _attention_inputs(2, 5, 2, boolean),
+                               shapes=(qkv, qkv, qkv, {0: batch, 2: length, 3: length}))
 
 
 def test_rows_that_hide_every_key_are_zero_as_in_torch(make_agent):

@@ -16,6 +16,7 @@ import transformers
 from packaging.version import Version
 
 import autopatch
+import proving
 from autopatch import registry
 from autopatch.areas.fp16_clamp import rows as fp16_rows
 from autopatch.diffs import format_diff
@@ -85,8 +86,7 @@ def test_a_non_tensor_output_is_a_clear_error_under_export():
 def _export_user_model(strict=False):
     model = target.ClampIfLarge()
     args = (torch.randn(2, 4), torch.ones(2, 4))
-    with torch.no_grad():
-        return model, torch.export.export(model, args, dynamic_shapes=({0: DYN}, {0: DYN}), strict=strict)
+    return model, proving.export(model, args, shapes=({0: DYN}, {0: DYN}), strict=strict)
 
 
 def test_user_model_fails_without_the_rewrite(make_agent):
@@ -187,10 +187,7 @@ def _inputs(batch, source, target_len, seed):
 
 
 def _export16(model):
-    traced = _inputs(2, 8, 3, 1)
-    shapes = autopatch.guess_dynamic_shapes(traced, _inputs(3, 12, 4, 2))
-    with torch.no_grad():
-        return torch.export.export(model, (), kwargs=traced, dynamic_shapes=shapes)
+    return proving.export(model, _inputs(2, 8, 3, 1), _inputs(3, 12, 4, 2))
 
 
 #: Encoders with a layer norm after their last layer (attribute name): it turns the clamped values into nan, so

@@ -7,6 +7,7 @@ import torch
 import transformers
 
 import autopatch
+import proving
 import scope_target
 from autopatch import registry, scope, state
 from autopatch.agent import Agent
@@ -30,8 +31,7 @@ def agent(make_agent):
 
 
 def _export(model, x, strict):
-    dyn = {"x": {0: torch.export.Dim.DYNAMIC}}
-    return torch.export.export(model, (x,), dynamic_shapes=dyn, strict=strict)
+    return proving.export(model, (x,), shapes={"x": {0: torch.export.Dim.DYNAMIC}}, strict=strict)
 
 
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])

@@ -13,9 +13,10 @@ import torch
 from torch.export import Dim
 
 import autopatch
-import zoo
+import proving
 from autopatch import registry, versions
 from autopatch.agent import Agent
+from autopatch.models import builders, handmade
 from conftest import requires
 
 BROADCAST = ("torch.broadcast.infer_size", "torch.broadcast.fast_binary")
@@ -73,7 +74,7 @@ def _shapes(named):
 def _export_pair(model, named, strict):
     gen = torch.Generator().manual_seed(0)
     x, y = (torch.randn(s, generator=gen) for s in TRACED)
-    return torch.export.export(model, (x, y), dynamic_shapes=_shapes(named), strict=strict)
+    return proving.export(model, (x, y), shapes=_shapes(named), strict=strict)
 
 
 def _check_pairs(model, program):
@@ -419,8 +420,8 @@ def test_parameter_buffer_program_unlifts_with_patch(agent):
 
 
 def test_eager_results_unchanged_with_all_torch_patches(agent):
-    model, config = zoo.build("llama")
-    inputs = zoo.decode_inputs(model, config, batch=2, past=5, seq=3, seed=4)
+    model, config = handmade.build("llama")
+    inputs = builders.decode_inputs(model, config, batch=2, past=5, seq=3, seed=4)
     gen = torch.Generator().manual_seed(5)
     pairs = [(torch.randn(sx, generator=gen), torch.randn(sy, generator=gen)) for sx, sy in OTHERS]
     varkw = _varkw_inputs(3, 4, 5, 6, 7, seed=6)
@@ -445,10 +446,10 @@ def test_eager_results_unchanged_with_all_torch_patches(agent):
 
 @pytest.mark.parametrize("name", ["llama", "gemma3"])
 def test_decoder_export_with_default_torch_patches(agent, name):
-    model, config = zoo.build(name)
-    traced = zoo.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
-    other = zoo.decode_inputs(model, config, batch=3, past=8, seq=2, seed=2)
-    run = zoo.decode_inputs(model, config, batch=1, past=9, seq=1, seed=3)
+    model, config = handmade.build(name)
+    traced = builders.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
+    other = builders.decode_inputs(model, config, batch=3, past=8, seq=2, seed=2)
+    run = builders.decode_inputs(model, config, batch=1, past=9, seq=1, seed=3)
     defaults = [s.id for s in registry.PATCHES if s.default and s.family in ("pytree", "torch")]
     assert set(BROADCAST) | set(VARKW) <= set(defaults)
     with patches(*defaults) as own, torch.no_grad():
@@ -481,14 +482,14 @@ def _named_decode_shapes(config):
 def _gqa_decode(ids, strict, runs=()):
     """Exports a llama decode step (grouped-query attention) with named Dims under the patches ``ids`` and runs
     the program on ``runs`` (batch, past) while they are still installed; returns the hit count of the patch."""
-    model, config = zoo.build("llama")
+    model, config = handmade.build("llama")
     assert config.num_key_value_heads < config.num_attention_heads  # repeat_kv expands the keys and values
-    traced = zoo.decode_inputs(model, config, batch=2, past=6, seq=1, seed=1)
+    traced = builders.decode_inputs(model, config, batch=2, past=6, seq=1, seed=1)
     with patches(*ids) as own, torch.no_grad():
         program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
                                       dynamic_shapes=_named_decode_shapes(config), strict=strict)
         for batch, past in runs:
-            run = zoo.decode_inputs(model, config, batch=batch, past=past, seq=1, seed=past)
+            run = builders.decode_inputs(model, config, batch=batch, past=past, seq=1, seed=past)
             got = program.module()(**copy.deepcopy(run))
             expected = model(**copy.deepcopy(run))
             torch.testing.assert_close(got.logits, expected.logits)

@@ -4,6 +4,7 @@ eager's numbers, and a cache flattens to transformers' names and order inside th
 The scripts run as a user runs them: a subprocess, the agent switched on by EXPORT_PATCHES alone, the program
 run by transformers' own runner at the traced sizes and at other ones, every output leaf compared with eager."""
 
+import copy
 import json
 import sys
 
@@ -12,7 +13,8 @@ import torch
 import transformers
 from torch.utils import _pytree as pytree
 
-import zoo
+import proving
+from autopatch.models import builders, handmade, recurrent
 from conftest import REPO, clean_env, requires
 
 pytestmark = requires("transformers>=5.23")
@@ -106,19 +108,14 @@ def test_transformers_stand_ins_stay_where_the_agents_sliding_rows_are_not():
         assert lines[-1].startswith("applied"), out.stdout
 
 
-def _decoder_cache(config_name, model_name, past=6, **extra):
-    config = getattr(transformers, config_name)(**{**zoo.COMMON, **extra})
-    torch.manual_seed(0)
-    model = getattr(transformers, model_name)(config).eval()
-    return zoo.decode_inputs(model, config, batch=2, past=past, seq=2, seed=1)["past_key_values"]
+def _decoder_cache(name, past=6):
+    model, config = handmade.build(name)
+    return builders.decode_inputs(model, config, batch=2, past=past, seq=2, seed=1)["past_key_values"]
 
 
 def _static_cache():
     """A StaticCache (static full and static sliding layers, tensor position counters) filled by a prefill."""
-    config = transformers.Gemma3TextConfig(**{**zoo.COMMON, "num_hidden_layers": 6, "head_dim": 16,
-                                              "sliding_window": 8})
-    torch.manual_seed(0)
-    model = transformers.Gemma3ForCausalLM(config).eval()
+    model, config = handmade.build("gemma3_own_pattern")
     cache = transformers.StaticCache(config=config, max_cache_len=16)
     with torch.no_grad():
         model(input_ids=torch.randint(0, 128, (2, 5)), past_key_values=cache, use_cache=True)
@@ -130,20 +127,17 @@ def _caches():
     window (Mistral's own 4096) and past it (window 4); sliding beside full (Gemma 3's own 5:1 pattern); linear
     attention beside full (Qwen3-Next, Jamba); a StaticCache of static full and sliding layers; and an
     EncoderDecoderCache (Bart)."""
-    from test_caches import _hybrid, _hybrid_decode_inputs
-
     made = {
-        "llama": _decoder_cache("LlamaConfig", "LlamaForCausalLM"),
-        "mistral": _decoder_cache("MistralConfig", "MistralForCausalLM"),
-        "mistral_past_window": _decoder_cache("MistralConfig", "MistralForCausalLM", sliding_window=4),
-        "gemma3": _decoder_cache("Gemma3TextConfig", "Gemma3ForCausalLM", past=9, num_hidden_layers=6, head_dim=16,
-                                 sliding_window=8),
+        "llama": _decoder_cache("llama"),
+        "mistral": _decoder_cache("mistral"),
+        "mistral_past_window": _decoder_cache("mistral_past_window"),
+        "gemma3": _decoder_cache("gemma3_own_pattern", past=9),
     }
     for name in ("qwen3_next", "jamba"):
-        made[name] = _hybrid_decode_inputs(_hybrid(name), 2, 5, 1)["past_key_values"]
+        made[name] = recurrent.hybrid_decode_inputs(recurrent.build(name)[0], 2, 5, 1)["past_key_values"]
     made["static_gemma3"] = _static_cache()
-    model, config = zoo.build_seq2seq("bart")
-    made["bart"] = zoo.seq2seq_decode_inputs(model, config, batch=2, source=5, past=3, seq=2, seed=1)[
+    model, config = handmade.build("bart")
+    made["bart"] = builders.seq2seq_decode_inputs(model, config, batch=2, source=5, past=3, seq=2, seed=1)[
         "past_key_values"]
     return made
 
@@ -270,28 +264,17 @@ def test_flattening_by_a_spec_follows_the_layout_it_was_written_with(agent):
 def test_a_saved_program_loads_and_runs_with_the_agents_layout(agent, tmp_path):
     """torch.export.save writes the input spec through the registration's dumpable context; load reads it back
     (the layout of a sliding cache included) and the loaded program matches eager at other sizes, every state."""
-    import copy
-
     agent.enable("1")
-    config = transformers.MistralConfig(**{**zoo.COMMON, "sliding_window": 4})
-    torch.manual_seed(0)
-    model = transformers.MistralForCausalLM(config).eval()
-    traced = zoo.decode_inputs(model, config, batch=2, past=6, seq=2, seed=1)
-    other = zoo.decode_inputs(model, config, batch=3, past=8, seq=3, seed=2)
-    import autopatch as ap
-
-    with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
-                                      dynamic_shapes=ap.guess_dynamic_shapes(traced, other))
+    model, config = handmade.build("mistral_past_window")
+    traced = builders.decode_inputs(model, config, batch=2, past=6, seq=2, seed=1)
+    other = builders.decode_inputs(model, config, batch=3, past=8, seq=3, seed=2)
+    program = proving.export(model, traced, other)
     # The example inputs hold the cache object itself, which torch.load's weights_only policy refuses to unpickle
     # (torch's choice, agent or not: README, known limits); the program and its specs need none of it.
     program.example_inputs = None
     torch.export.save(program, tmp_path / "decode.pt2")
     loaded = torch.export.load(tmp_path / "decode.pt2")
-    run = zoo.decode_inputs(model, config, batch=1, past=9, seq=1, seed=3)
+    run = builders.decode_inputs(model, config, batch=1, past=9, seq=1, seed=3)
     with torch.no_grad():
         got, expected = loaded.module()(**copy.deepcopy(run)), model(**copy.deepcopy(run))
-    torch.testing.assert_close(got.logits, expected.logits)
-    for a, b in zip(got.past_key_values.layers, expected.past_key_values.layers):
-        torch.testing.assert_close(a.keys, b.keys)
-        torch.testing.assert_close(a.values, b.values)
+    proving.assert_same_outputs(got, expected)

@@ -8,10 +8,11 @@ import copy
 
 import pytest
 import torch
-import transformers
 
 import autopatch
+import proving
 from autopatch import registry
+from autopatch.models import handmade
 from conftest import requires
 
 PATCH = "transformers.generation.input_preparation"
@@ -32,13 +33,6 @@ class DecodeStep(torch.nn.Module):
         return self.model(**prepared).logits
 
 
-def _llama():
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=256)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
-
-
 def _step_inputs(model, batch, past, seed, new_tokens_only=True):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 128, (batch, past + 1), generator=g)
@@ -51,24 +45,18 @@ def _step_inputs(model, batch, past, seed, new_tokens_only=True):
             "cache_position": torch.tensor([past]), "past_key_values": cache}
 
 
-def _export(step, traced, other):
-    shapes = autopatch.guess_dynamic_shapes(traced, other)
-    with torch.no_grad():
-        return torch.export.export(step, (), kwargs=copy.deepcopy(traced), dynamic_shapes=shapes)
-
-
 def test_new_tokens_only_program_fails_without_and_matches_eager_with(make_agent):
-    model = _llama()
+    model, _ = handmade.build("llama")
     step = DecodeStep(model)
     traced, other = _step_inputs(model, 2, 5, 0), _step_inputs(model, 3, 7, 1)
     pytree = [s for s in registry.PATCHES if s.family == "pytree"]
     own = make_agent(pytree)
-    program = _export(step, traced, other)  # exports...
+    program = proving.export(step, traced, other)  # exports...
     with pytest.raises(IndexError, match="out of bounds"):
         program.module()(**copy.deepcopy(traced))  # ...and fails on its own traced inputs
     own.disable()
     make_agent(pytree + [s for s in registry.PATCHES if s.id == PATCH])
-    program = _export(step, traced, other)
+    program = proving.export(step, traced, other)
     assert autopatch.last_export_report()["patches"][PATCH] == 1
     for batch, past, seed in ((4, 3, 2), (1, 9, 3)):
         inputs = _step_inputs(model, batch, past, seed)

@@ -2,16 +2,18 @@
 data-dependent guard for torch.export. Fails without the patch, exports with it, the program matches eager on
 other sizes, and eager is unchanged. On 5.x the blocks export as they are and the patches are skipped."""
 
+import copy
+
 import pytest
 import torch
 import transformers
 
 import autopatch
 import proving
-import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
 from autopatch.errors import causes
+from autopatch.models import builders
 from conftest import needs_onnx, requires
 from proving import Proof
 
@@ -70,9 +72,9 @@ def _private_agent(ids=()):
 
 
 def _decode_sets(model, config):
-    traced = zoo.decode_inputs(model, config, batch=2, past=5, seq=3)
-    other = zoo.decode_inputs(model, config, batch=3, past=7, seq=2, seed=1)
-    third = zoo.decode_inputs(model, config, batch=1, past=9, seq=4, seed=2)
+    traced = builders.decode_inputs(model, config, batch=2, past=5, seq=3)
+    other = builders.decode_inputs(model, config, batch=3, past=7, seq=2, seed=1)
+    third = builders.decode_inputs(model, config, batch=1, past=9, seq=4, seed=2)
     return traced, other, third
 
 
@@ -112,7 +114,7 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
     model, config = _build(name)
     traced, _, _ = _decode_sets(model, config)
     with torch.no_grad():
-        before = model(**zoo.copy_inputs(traced)).logits
+        before = model(**copy.deepcopy(traced)).logits
     block = _moe_block(model, name)
     method = next(s for s in registry.PATCHES if s.id == MOE_IDS[name]).target.rpartition(".")[2]
     original = getattr(type(block), method)
@@ -120,7 +122,7 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
     try:
         assert getattr(type(block), method) is not original  # the router is in place...
         with torch.no_grad():
-            after = model(**zoo.copy_inputs(traced)).logits
+            after = model(**copy.deepcopy(traced)).logits
         assert torch.equal(after, before)  # ...and outside export it runs the original, bit for bit
     finally:
         own.disable()
@@ -194,12 +196,6 @@ ONNX_ROW = "transformers.moe.onnx_grouped_mm"
 ONNX_MODELS = [pytest.param(name, marks=requires("transformers>=5")) for name in ("mixtral", "qwen3_moe", "deepseek_v3")]
 
 
-def _onnx_export(model, inputs, dynamic_shapes):
-    with torch.no_grad():
-        return torch.onnx.export(model, (), kwargs=zoo.copy_inputs(inputs), dynamic_shapes=dynamic_shapes,
-                                 dynamo=True, verbose=False)
-
-
 def _every_row_but(make_agent, row):
     return make_agent(selection=f"all,-{row}")
 
@@ -211,7 +207,7 @@ def test_onnx_export_of_5x_experts_fails_without_the_row(make_agent, name):
     traced, other, _ = _decode_sets(model, config)
     _every_row_but(make_agent, ONNX_ROW)
     with pytest.raises(Exception) as failure:
-        _onnx_export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
+        proving.export_onnx(model, traced, other)
     chain = [str(error) for error in causes(failure.value)]
     assert any("No ONNX function found" in text and "grouped_mm_fallback" in text for text in chain), chain[-1][:300]
 
@@ -222,17 +218,14 @@ def test_onnx_program_of_5x_experts_matches_eager_at_other_sizes(make_agent, nam
     model, config = _build(name)
     traced, other, third = _decode_sets(model, config)
     own = make_agent()
-    program = _onnx_export(model, traced, autopatch.guess_dynamic_shapes(traced, other))
+    program = proving.export_onnx(model, traced, other)
     assert autopatch.last_export_report()["patches"][ONNX_ROW] == 2 * config.num_hidden_layers
     assert own.records[ONNX_ROW].state in (state.APPLIED, state.APPLIED_LATE)
     for inputs in (other, third):  # batch, past and new tokens all differ from the traced ones
         with torch.no_grad():
-            expected = model(**zoo.copy_inputs(inputs))
-        got = program(**zoo.copy_inputs(inputs))  # onnxruntime; every output leaf, in pytree order
-        leaves = torch.utils._pytree.tree_leaves((expected.logits, expected.past_key_values))
-        assert len(got) == len(leaves)
-        for got_leaf, expected_leaf in zip(got, leaves, strict=True):
-            torch.testing.assert_close(torch.as_tensor(got_leaf), expected_leaf, rtol=1e-4, atol=1e-5)
+            expected = model(**copy.deepcopy(inputs))
+        got = program(**copy.deepcopy(inputs))  # onnxruntime; every output leaf, in pytree order
+        proving.assert_onnx_matches(got, (expected.logits, expected.past_key_values), rtol=1e-4, atol=1e-5)
 
 
 class _GroupedMatmul(torch.nn.Module):

@@ -6,34 +6,35 @@ Upstream reads image_grid_thw and the token kinds in Python four times (vision p
 chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
 per image, Qwen3-VL pads a tensor sized by the image count, 4.57 checks the placeholder count in a Python if).
 Each row is needed (the export fails with any one left out); with all of them the program matches eager on
-batches with other images, grids and lengths, in both export modes, and eager is unchanged."""
+batches with other images, grids and lengths, in both export modes, and eager is unchanged. The models and their
+inputs are autopatch.models.packed_vlms'."""
 
+import dataclasses
 import random
 
 import pytest
 import torch
-import transformers
-from torch.export import Dim
 
-import autopatch
+import proving
 from autopatch import registry
 from autopatch.areas.packed_vision import rows as packed_rows
 from autopatch.areas.packed_vision import packed as packed
+from autopatch.models import packed_vlms
+from autopatch.models.packed_vlms import IMAGE, MERGE, NAMES_4, NAMES_5, VIDEO, VISION_START
 from conftest import requires, run_py
+from proving import Proof
 
-IMAGE, VIDEO, VISION_START = 120, 121, 122
-MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
-PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2
 V5, V4 = requires("transformers>=5.13"), requires("transformers<5")
 #: 5.23's models, and 4.57's ("<model>_4x"), each run where its transformers is installed.
-MODELS_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5")
-MODELS_4 = tuple(f"{m}_4x" for m in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
-MODELS = [*(pytest.param(m, marks=V5) for m in MODELS_5), *(pytest.param(m, marks=V4) for m in MODELS_4)]
+MODELS = [*(pytest.param(m, marks=V5) for m in NAMES_5), *(pytest.param(m, marks=V4) for m in NAMES_4)]
+# Without a row. (Without the gated delta row: its chunk loop's guards solve the traced length, "a specialized
+# value".)
+FAILS = "data-dependent|specialized it to be a constant|specialized value"
 
 
 def _rows(model):
     """The rows a non-strict export of ``model`` needs."""
-    if model in MODELS_4:
+    if model in NAMES_4:
         name = model[:-3]
         extra = {"qwen2_5_vl": ("windows_packed",), "qwen3_vl": ("position_grid",)}.get(name, ())
         return tuple(f"transformers.vision.{name}_{row}_4x" for row in (
@@ -56,151 +57,36 @@ def _strict_rows(model):
     return ()
 
 
-TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256}
-TOKENS = {"image_token_id": IMAGE, "video_token_id": VIDEO, "vision_start_token_id": VISION_START}
+def _selected(rows):
+    """The pytree family (the prefill returns a DynamicCache) and ``rows``."""
+    return ",".join(("pytree", *rows))
 
 
-def _build(model="qwen2_vl"):
-    tower = {"depth": 2, "num_heads": 4, "patch_size": 4, "spatial_merge_size": MERGE, "temporal_patch_size": 2,
-             "in_channels": 3}
-    rope = {"rope_type": "default", "mrope_section": [2, 2, 4], "rope_theta": 10000.0}
-    if model == "qwen2_vl_4x":  # 4.57: the text settings at the top level, mrope in rope_scaling
-        config = transformers.Qwen2VLConfig(
-            vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2}, **TEXT, **TOKENS,
-            rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]})
-        cls = transformers.Qwen2VLForConditionalGeneration
-    elif model == "qwen2_5_vl_4x":
-        config = transformers.Qwen2_5_VLConfig(
-            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                           "window_size": 16, "fullatt_block_indexes": [1], "tokens_per_second": 2},
-            text_config={**TEXT, "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]}},
-            **TOKENS)
-        cls = transformers.Qwen2_5_VLForConditionalGeneration
-    elif model == "qwen3_vl_4x":
-        config = transformers.Qwen3VLConfig(
-            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                           "num_position_embeddings": 16, "deepstack_visual_indexes": [0]},
-            text_config={**TEXT, "head_dim": 16, "rope_scaling": {"rope_type": "default", "mrope_interleaved": True,
-                                                                 "mrope_section": rope["mrope_section"]}},
-            **TOKENS)
-        cls = transformers.Qwen3VLForConditionalGeneration
-    elif model == "qwen2_vl":
-        config = transformers.Qwen2VLConfig(
-            vision_config={**tower, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
-            text_config={**TEXT, "rope_parameters": rope}, **TOKENS, bos_token_id=0, eos_token_id=1, pad_token_id=0)
-        cls = transformers.Qwen2VLForConditionalGeneration
-    elif model == "glm4v":  # a 4x4 learned position table resampled per image; half the head dims rotate
-        config = transformers.Glm4vConfig(
-            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                           "image_size": 16},
-            text_config={**TEXT, "rope_parameters": {**rope, "mrope_section": [2, 1, 1],
-                                                     "partial_rotary_factor": 0.5}},
-            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
-        cls = transformers.Glm4vForConditionalGeneration
-    elif model == "qwen3_5":  # a 4x4 learned position grid; text: a linear-attention and a full-attention layer
-        config = transformers.Qwen3_5Config(
-            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                           "num_position_embeddings": 16},
-            text_config={**TEXT, "head_dim": 16, "layer_types": ["linear_attention", "full_attention"],
-                         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
-                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                         "rope_parameters": {**rope, "mrope_section": [2, 1, 1], "mrope_interleaved": True,
-                                             "partial_rotary_factor": 0.5}},
-            image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
-        cls = transformers.Qwen3_5ForConditionalGeneration
-    elif model == "qwen2_5_vl":  # 2x2-token windows (the 4x8 image has two per frame), layer 1 attends fully
-        config = transformers.Qwen2_5_VLConfig(
-            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                           "window_size": 16, "fullatt_block_indexes": [1], "tokens_per_second": 2},
-            text_config={**TEXT, "rope_parameters": rope}, **TOKENS)
-        cls = transformers.Qwen2_5_VLForConditionalGeneration
-    else:  # a 4x4 learned position grid resampled per image, one deepstack layer
-        config = transformers.Qwen3VLConfig(
-            vision_config={**tower, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                           "num_position_embeddings": 16, "deepstack_visual_indexes": [0]},
-            text_config={**TEXT, "head_dim": 16, "rope_parameters": {**rope, "mrope_interleaved": True}}, **TOKENS)
-        cls = transformers.Qwen3VLForConditionalGeneration
-    torch.manual_seed(0)
-    return cls(config).eval()
+def packed_case(model, rows, beside=("pytree",), strict=False):
+    """``model``'s prefill traced at two images and run at other images, grids, batches and lengths, with every
+    size the packing reads dynamic (packed_vlms.dynamic_shapes)."""
+    def build():
+        others = packed_vlms.others(model)
+        return packed_vlms.build(model), packed_vlms.traced(model), others[0], others
 
-
-def _prefill(grids, text_len, seed):
-    """One image per sample (grid (frames, rows, columns) in patches) after a first text token and the
-    vision-start token (4.x finds images by it), then the text; shorter samples are left-padded (attention
-    mask 0)."""
-    g = torch.Generator().manual_seed(seed)
-    ids, kinds, pixels = [], [], []
-    for frames, rows, columns in grids:
-        tokens = frames * rows * columns // MERGE**2
-        text = torch.randint(2, 100, (text_len,), generator=g)
-        ids.append(torch.cat([text[:1], torch.tensor([VISION_START]), torch.full((tokens,), IMAGE), text[1:]]))
-        kinds.append(torch.cat([torch.zeros(2), torch.ones(tokens), torch.zeros(text_len - 1)]).int())
-        pixels.append(torch.randn(frames * rows * columns, PATCH_DIM, generator=g))
-    longest = max(len(i) for i in ids)
-
-    def left_pad(rows_, fill_dtype):
-        return torch.stack([torch.cat([torch.zeros(longest - len(r), dtype=fill_dtype), r.to(fill_dtype)])
-                            for r in rows_])
-
-    return {"input_ids": left_pad(ids, torch.long), "attention_mask": left_pad([torch.ones(len(i)) for i in ids],
-                                                                                torch.long),
-            "mm_token_type_ids": left_pad(kinds, torch.int), "pixel_values": torch.cat(pixels),
-            "image_grid_thw": torch.tensor(grids)}
-
-
-TRACED = _prefill([(1, 4, 4), (1, 4, 8)], text_len=5, seed=0)
-OTHERS = (_prefill([(1, 4, 4), (2, 4, 6), (1, 8, 4)], text_len=7, seed=1),  # a two-frame image, unequal rows
-          _prefill([(1, 6, 6)], text_len=3, seed=2))
-#: GLM-4V's: one frame per image, as its processor makes them (its tower's position resampling reads the grid of
-#: each frame's index, so a two-frame image is misread in eager too).
-OTHERS_ONE_FRAME = (_prefill([(1, 4, 4), (1, 6, 4), (1, 8, 4)], text_len=7, seed=1), OTHERS[1])
-# Qwen3.5: a prompt shorter than its convolution kernel (4) pads the linear-attention cache's state, a branch.
-BATCH, SEQ = Dim("batch"), Dim("seq", min=4)
-SHAPES = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ},
-          "mm_token_type_ids": {0: BATCH, 1: SEQ}, "pixel_values": {0: MERGE**2 * Dim("merged")},
-          "image_grid_thw": {0: Dim("images")}}
-
-
-def _for(model, inputs):
-    """4.57 has no mm_token_type_ids (it finds images by their tokens)."""
-    return {k: v for k, v in inputs.items() if not (model in MODELS_4 and k == "mm_token_type_ids")}
-
-
-def _others(model):
-    return OTHERS_ONE_FRAME if model == "glm4v" else OTHERS
-
-
-def _export(module, model, strict=False):
-    with torch.no_grad():
-        return torch.export.export(module, (), kwargs=_for(model, TRACED), dynamic_shapes=_for(model, SHAPES),
-                                   strict=strict)
-
-
-def _with(make_agent, ids):
-    """The real entry points, the pytree family (the prefill returns a DynamicCache) and the rows ``ids``."""
-    return make_agent([s for s in registry.PATCHES if s.family == "pytree" or s.id in ids])
+    return Proof(f"{model}/prefill", build, rows=rows, fails_with=FAILS, beside=beside, strict=strict,
+                 shapes=lambda _: packed_vlms.dynamic_shapes(model), tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
 @pytest.mark.parametrize("model, left_out", [
     pytest.param(p.values[0], row, marks=p.marks, id=f"{p.values[0]}-{row.rsplit('.', 1)[1]}")
     for p in MODELS for row in _rows(p.values[0])])
 def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
-    module = _build(model)
-    _with(make_agent, set(_rows(model)) - {left_out})
-    # (Without the gated delta row: its chunk loop's guards solve the traced length, "a specialized value".)
-    with pytest.raises(Exception, match="data-dependent|specialized it to be a constant|specialized value"):
-        _export(module, model)
+    others = tuple(row for row in _rows(model) if row != left_out)
+    proving.fails_without(packed_case(model, (left_out,), beside=("pytree", *others)), make_agent)
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT])
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
-    """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail."""
-    module = _build(model)
-    _with(make_agent, _rows(model))
-    program = _export(module, model, strict=True)
-    with torch.no_grad(), pytest.raises(Exception, match="Guard failed"):
-        program.module()(**_others(model)[0])
+    """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail, the
+    program refuses the first run set (other images)."""
+    case = packed_case(model, _strict_rows(model), beside=("pytree", *_rows(model)), strict=True)
+    proving.fails_without(dataclasses.replace(case, fails_with="Guard failed", fails_at_run=True), make_agent)
 
 
 # Not Qwen3.5 strict: Dynamo stops in its text model's cache (AttributeError: 'DynamicLayer' object has no attribute
@@ -209,27 +95,16 @@ def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(ma
     pytest.param(p.values[0], strict, marks=p.marks, id=f"{p.values[0]}-{'strict' if strict else 'non-strict'}")
     for p in MODELS for strict in (False, True) if not (strict and p.values[0] == "qwen3_5")])
 def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, model, strict):
-    rows = (*_rows(model), *_strict_rows(model))
-    module = _build(model)
-    _with(make_agent, rows)
-    program = _export(module, model, strict=strict)
-    used = autopatch.last_export_report()["patches"]
-    assert all(used.get(row, 0) >= 1 for row in rows), used
-    for inputs in _others(model):
-        with torch.no_grad():
-            expected = module(**_for(model, inputs)).logits
-            got = program.module()(**_for(model, inputs)).logits
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    proving.exports_with(packed_case(model, (*_rows(model), *_strict_rows(model)), strict=strict), make_agent)
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_eager_is_unchanged_with_the_rows_installed(make_agent, model):
-    rows = (*_rows(model), *_strict_rows(model))
-    module = _build(model)
-    inputs = _for(model, _others(model)[0])
+    module = packed_vlms.build(model)
+    inputs = packed_vlms.others(model)[0]
     with torch.no_grad():
         before = module(**inputs).logits
-    _with(make_agent, rows)
+    make_agent(registry.PATCHES, _selected((*_rows(model), *_strict_rows(model))))
     with torch.no_grad():
         assert torch.equal(module(**inputs).logits, before)  # outside export: the originals
 
@@ -248,8 +123,8 @@ def test_patch_positions_equal_upstream(include_temporal):
 def _random_batches(model, seed, count=60):
     """Random batches for the rope-index tests: text runs, images and videos (several per sample, in any order,
     each after a vision-start token; Qwen3-VL's video frames each after timestamp text and a vision-start token, as
-    its processor writes them), left padding. Yields (ids, kinds, mask, image_grid or None, video_grid or None, grids by kind).
-    """
+    its processor writes them), left padding. Yields (ids, kinds, mask, image_grid or None, video_grid or None,
+    grids by kind)."""
     rng = random.Random(seed)
     for _ in range(count):
         samples, grids = [], {1: [], 2: []}
@@ -279,12 +154,12 @@ def _random_batches(model, seed, count=60):
         yield ids, kinds, mask, *(torch.tensor(grids[k]) if grids[k] else None for k in (1, 2)), grids
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in MODELS_5])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in NAMES_5])
 def test_rope_index_equals_upstream_on_mixed_batches(model):
     """The replacement of each 5.23 model against its own get_rope_index, with and without an attention mask."""
     rope = next(row for row in packed_rows.PACKED_VISION_MODELS if row.model == model).rope_index
     replacement = getattr(packed, rope)  # GLM-4V: Qwen3-VL's, with its batches (a vision start before each frame)
-    language = _build(model).model
+    language = packed_vlms.build(model).model
     rng = random.Random(1)
     for ids, kinds, mask, image_grid, video_grid, grids in _random_batches(rope[:-len("_rope_index")], seed=0):
         extra = {}
@@ -336,16 +211,13 @@ def test_zero_code_export_with_the_default_patches(model):
     sizes: an int beside one (Qwen2.5-VL: sym_ite refused the pair), two of them (Qwen3-VL: a sym_ite torch's
     range analysis cannot bound, KeyError: ITE)."""
     code = f"""
-import sys, torch
-sys.path.insert(0, "tests")
-import test_transformers_packed_vision as t
+import torch
+from autopatch.models import packed_vlms as m
 for name in [{model!r}]:
-    model = t._build(name)
+    model = m.build(name)
     with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=t._for(name, t.TRACED),
-                                      dynamic_shapes=t._for(name, t.SHAPES))
-        for inputs in t._others(name):
-            inputs = t._for(name, inputs)
+        program = torch.export.export(model, (), kwargs=m.traced(name), dynamic_shapes=m.dynamic_shapes(name))
+        for inputs in m.others(name):
             torch.testing.assert_close(program.module()(**inputs).logits, model(**inputs).logits,
                                        rtol=1e-4, atol=1e-4)
 print("OK")
@@ -354,14 +226,14 @@ print("OK")
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in MODELS_4])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in NAMES_4])
 def test_rope_index_4x_equals_upstream_on_mixed_batches(model):
     """4.57's rules (the kinds read from placeholder ids after vision-start tokens, a group advancing past its
     largest index, dropped tokens at 1; Qwen2.5-VL's whole seconds per grid, images' frames at one time), with and
     without an attention mask."""
     name = model[:-3]
     replacement = getattr(packed, f"{name}_rope_index_4x")
-    language = _build(model).model
+    language = packed_vlms.build(model).model
     rng = random.Random(3)
     for ids, _, mask, image_grid, video_grid, grids in _random_batches(name, seed=2):
         extra = {}
@@ -374,7 +246,7 @@ def test_rope_index_4x_equals_upstream_on_mixed_batches(model):
                 assert e.dtype == g.dtype and torch.equal(e, g)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in MODELS_4])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in NAMES_4])
 def test_rope_index_4x_without_vision_start_tokens_gives_text_positions_as_upstream(model):
     """4.x counts images by their vision-start tokens: placeholders without one get text positions in eager, and
     the replacement gave them image positions (a program off by 2.5e-3 in the logits, measured on the sweep's
@@ -382,7 +254,7 @@ def test_rope_index_4x_without_vision_start_tokens_gives_text_positions_as_upstr
     refused: 4.x pairs its grids with the runs in an order of its own."""
     name = model[:-3]
     replacement = getattr(packed, f"{name}_rope_index_4x")
-    language = _build(model).model
+    language = packed_vlms.build(model).model
     for ids, _, mask, image_grid, video_grid, _ in _random_batches(name, seed=5, count=20):
         bare = torch.where(ids == VISION_START, torch.full_like(ids, 5), ids)
         expected = language.get_rope_index(bare, image_grid, video_grid, attention_mask=mask)
@@ -399,7 +271,7 @@ def test_rope_index_4x_without_vision_start_tokens_gives_text_positions_as_upstr
 
 @V4
 def test_window_index_4x_equals_upstream():
-    tower = _build("qwen2_5_vl_4x").model.visual
+    tower = packed_vlms.build("qwen2_5_vl_4x").model.visual
     for grids in _random_grids(random.Random(4)):
         index, bounds = tower.get_window_index(grids)
         got_index, got_bounds = packed.qwen2_5_vl_window_index_4x(tower, grids)
@@ -411,7 +283,7 @@ def test_window_index_4x_equals_upstream():
 def test_position_grid_4x_equals_upstream():
     """Qwen3-VL's learned positions resampled per image: the same taps (linspace computed as torch does) and
     weights, so the same embeddings, for grids of 1 to 18 patches a side on a 4x4 table."""
-    tower = _build("qwen3_vl_4x").model.visual
+    tower = packed_vlms.build("qwen3_vl_4x").model.visual
     with torch.no_grad():
         for grids in _random_grids(random.Random(5)):
             expected = tower.fast_pos_embed_interpolate(grids)
@@ -419,8 +291,8 @@ def test_position_grid_4x_equals_upstream():
 
 
 @V4
-@pytest.mark.parametrize("model", MODELS_4)
+@pytest.mark.parametrize("model", NAMES_4)
 def test_rot_pos_emb_4x_equals_upstream(model):
-    tower = _build(model).model.visual
+    tower = packed_vlms.build(model).model.visual
     for grids in _random_grids(random.Random(6), count=30):
         assert torch.equal(packed.rot_pos_emb_4x(tower, grids), tower.rot_pos_emb(grids))

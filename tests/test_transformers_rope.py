@@ -15,12 +15,11 @@ import transformers.cache_utils  # noqa: F401
 import transformers.modeling_rope_utils  # noqa: F401
 from packaging.version import Version
 
-import autopatch
 import proving
-import zoo
 from autopatch import registry, state
 from autopatch.agent import Agent
 from autopatch.areas.rope import dynamic as transformers_rope
+from autopatch.models import builders, handmade
 from conftest import run_py
 from proving import Proof
 
@@ -30,14 +29,10 @@ MODELS = ["llama", "qwen2"]
 
 
 def build(name):
-    config_name, model_name, extra = zoo.DECODERS[name]
-    if TF5:
-        rope = {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}
-    else:  # 4.57
-        rope = {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
-    config = getattr(transformers, config_name)(**{**zoo.COMMON, **extra, "max_position_embeddings": 16, **rope})
-    torch.manual_seed(0)
-    return getattr(transformers, model_name)(config).eval(), config
+    """The hand-sized model with dynamic RoPE and a short original length (16), which the decode sets cross."""
+    row = handmade.settings(name)
+    return builders.make_model(row.config, row.model, **{**row.settings, "max_position_embeddings": 16,
+                                                          **builders.rope("dynamic", factor=2.0)})
 
 
 def prefill(batch, seq, seed):
@@ -46,7 +41,7 @@ def prefill(batch, seq, seed):
 
 
 def decode(model, config, batch, past, seq, seed):
-    return zoo.decode_inputs(copy.deepcopy(model), config, batch=batch, past=past, seq=seq, seed=seed)
+    return builders.decode_inputs(copy.deepcopy(model), config, batch=batch, past=past, seq=seq, seed=seed)
 
 
 def eager(model, inputs):
@@ -200,12 +195,7 @@ def test_spec_fingerprints_match_the_installer():
 def _phi3_longrope(batch_sizes):
     """Phi-3 with longrope: short factors up to 8 positions, long ones past it (4.x and 5.3-5.12 branch on that
     in Python)."""
-    half = 8  # head_dim 16
-    rope = {"type": "longrope", "short_factor": [1.0] * half, "long_factor": [1.0 + i / 4 for i in range(half)]}
-    config = transformers.Phi3Config(**zoo.COMMON, max_position_embeddings=64, original_max_position_embeddings=8,
-                                     rope_scaling=rope, pad_token_id=0)
-    torch.manual_seed(0)
-    model = transformers.Phi3ForCausalLM(config).eval()
+    model, config = handmade.build("phi3_longrope")
     return model, config, [decode(model, config, *sizes) for sizes in batch_sizes]
 
 

@@ -15,12 +15,11 @@ import autopatch
 import proving
 from autopatch import registry, state
 from autopatch.agent import Agent
+from autopatch.models import builders, recurrent
 from conftest import requires
 from proving import Proof
 
 TF5 = Version(transformers.__version__) >= Version("5")
-DYN = torch.export.Dim.DYNAMIC
-
 # (model, patch id): 5.23 patches the module function mamba_selective_scan (falcon_mamba has its own copy);
 # 5.3 and 5.12 rewrite MambaMixer.slow_forward (no such function there; FalconMamba's program also needs
 # torch.export.parameter_buffers in ep.module()); 4.57 patches MambaMixer.slow_forward and rewrites
@@ -30,23 +29,15 @@ if Version(transformers.__version__) < Version("5.13") and TF5:
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan")]
 elif TF5:
     CASES = [("mamba", "transformers.mamba.selective_scan"), ("falcon_mamba", "transformers.falcon_mamba.selective_scan"),
-             ("jamba", "transformers.jamba.selective_scan")]
+             ("jamba_three", "transformers.jamba.selective_scan")]
 else:
     CASES = [("mamba", "transformers.mamba.slow_forward"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan_4x")]
 
 
 def build(name):
-    prefix = {"mamba": "Mamba", "falcon_mamba": "FalconMamba", "jamba": "Jamba"}[name]
-    if name == "jamba":  # mamba, attention (a cache needs one), mamba; the middle layer MoE (the class's period)
-        config = transformers.JambaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                          attn_layer_period=3, attn_layer_offset=1, num_attention_heads=4,
-                                          num_key_value_heads=2, num_experts=2, mamba_d_state=4, mamba_dt_rank=8)
-    else:
-        config = getattr(transformers, f"{prefix}Config")(vocab_size=64, hidden_size=32, state_size=4,
-                                                          num_hidden_layers=2)
-    torch.manual_seed(0)
-    return Prefill(getattr(transformers, f"{prefix}ForCausalLM")(config).eval())
+    """The hand-sized model ``name`` (autopatch.models.recurrent) as a prefill: ids in, logits out."""
+    return Prefill(recurrent.build(name)[0])
 
 
 class Prefill(torch.nn.Module):
@@ -60,11 +51,6 @@ class Prefill(torch.nn.Module):
 
 def ids(batch, seq, seed):
     return torch.randint(0, 64, (batch, seq), generator=torch.Generator().manual_seed(seed))
-
-
-def _export(model, strict=False):
-    with torch.no_grad():
-        return torch.export.export(model, (ids(2, 8, 1),), dynamic_shapes=({0: DYN, 1: DYN},), strict=strict)
 
 
 def prefill_case(name, patch, strict=False):
@@ -119,18 +105,15 @@ def test_a_step_of_several_tokens_with_a_cache_refuses_one_token_instead_of_answ
     """A mixer with a filled cache takes its own one-token path; the scan serves steps of several. A program traced
     with several new tokens assumes (torch's ranges start at 2) it is never given one: the scan makes the program
     refuse one at run time instead of running it down the several-token path (wrong numbers, measured)."""
-    from autopatch.models import builders
-
-    model = build("jamba").model
+    model, config = recurrent.build("jamba_three")
     make_agent()
-    traced = builders.decode_inputs(model, model.config, batch=2, past=6, seq=3, seed=1)
-    other = builders.decode_inputs(model, model.config, batch=3, past=8, seq=2, seed=2)
-    one = builders.decode_inputs(model, model.config, batch=1, past=9, seq=1, seed=3)
+    traced = builders.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
+    other = builders.decode_inputs(model, config, batch=3, past=8, seq=2, seed=2)
+    one = builders.decode_inputs(model, config, batch=1, past=9, seq=1, seed=3)
+    program = proving.export(model, traced, other)
     with torch.no_grad():
-        program = torch.export.export(model, (), kwargs=copy.deepcopy(traced),
-                                      dynamic_shapes=autopatch.guess_dynamic_shapes(traced, other), strict=False)
         got, expected = program.module()(**copy.deepcopy(other)), model(**copy.deepcopy(other))
-        torch.testing.assert_close(got.logits, expected.logits)
+        proving.assert_same_outputs(got, expected)  # the logits and every state of the cache
         with pytest.raises(RuntimeError, match="traced with several new tokens and a cache"):
             program.module()(**copy.deepcopy(one))
 
@@ -150,49 +133,29 @@ def test_fingerprints_match_the_installed_version(agent):
 
 GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13"))
                for m in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")]
-LINEAR_LAYERS = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"],
-                     linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
-                     linear_num_key_heads=2, linear_num_value_heads=4)
+def gated_delta_case(name):
+    def build_case():
+        runs = [{"input_ids": ids(batch, seq, batch * 100 + seq)}  # across chunk boundaries: 1 to 3 chunks of 64
+                for batch, seq in [(3, 5), (1, 64), (2, 65), (1, 150)]]
+        return build(name), {"input_ids": ids(2, 8, 1)}, {"input_ids": ids(3, 5, 2)}, runs
 
-
-def _gated_delta_model(name):
-    experts = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
-    torch.manual_seed(0)
-    if name == "qwen3_next":
-        config = transformers.Qwen3NextConfig(**LINEAR_LAYERS, **experts, mlp_only_layers=[0, 1])
-        model = transformers.Qwen3NextForCausalLM(config)
-    elif name == "qwen3_5_moe":
-        model = transformers.Qwen3_5MoeForCausalLM(transformers.Qwen3_5MoeTextConfig(**LINEAR_LAYERS, **experts))
-    elif name == "olmo_hybrid":
-        config = transformers.OlmoHybridConfig(**LINEAR_LAYERS, pad_token_id=0, eos_token_id=1)
-        model = transformers.OlmoHybridForCausalLM(config)
-    else:
-        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**LINEAR_LAYERS))
-    return Prefill(model.eval())
+    # Without its row the prefill exports, but its guards allow one chunk only: no sequence over 64 tokens runs.
+    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.gated_delta_scan",),
+                 fails_with="Guard failed", beside=(), fails_at_run=True, tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
 @pytest.mark.parametrize("name", GATED_DELTA)
 def test_gated_delta_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(make_agent, name):
-    model = _gated_delta_model(name)
-    row = f"transformers.{name}.gated_delta_scan"
-    own = make_agent([])
-    unpatched = _export(model)  # exports, but its guards allow one chunk only: no sequence over 64 tokens
-    with torch.no_grad(), pytest.raises(Exception, match="Guard failed"):
-        unpatched.module()(ids(2, 65, 1))
-    own.disable()
-    long = ids(2, 130, 2)
+    case = gated_delta_case(name)
+    built = case.build()
+    model, long = built[0], ids(2, 130, 2)
     with torch.no_grad():
         before = model(long)
-    make_agent([s for s in registry.PATCHES if s.id == row])
+    proving.fails_without(case, make_agent, built)
+    proving.exports_with(case, make_agent, built)
+    assert autopatch.last_export_report()["patches"][case.rows[0]] == 1  # one linear-attention layer
     with torch.no_grad():
-        assert torch.equal(model(long), before)  # outside export: the original
-    program = _export(model)
-    assert autopatch.last_export_report()["patches"][row] == 1  # one linear-attention layer
-    with torch.no_grad():  # across chunk boundaries: 1 to 3 chunks of 64 tokens
-        for batch, seq in [(3, 5), (1, 64), (2, 65), (1, 150)]:
-            x = ids(batch, seq, batch * 100 + seq)
-            torch.testing.assert_close(program.module()(x), model(x), rtol=1e-4, atol=1e-4)
+        assert torch.equal(model(long), before)  # outside export, with the row on: the original
 
 
 @pytest.mark.parametrize("name", GATED_DELTA)
@@ -222,26 +185,14 @@ def test_gated_delta_scan_equals_upstream(name):
 LIGHTNING_ROW = "transformers.minimax.lightning_decode_scan"
 
 
-def _minimax():
-    # The class's own layer pattern (full, linear, full, linear...) at two layers; its own block size (256).
-    config = transformers.MiniMaxConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                        num_local_experts=2, num_experts_per_tok=1,
-                                        layer_types=["full_attention", "linear_attention"])
-    torch.manual_seed(0)
-    return transformers.MiniMaxForCausalLM(config).eval()
-
-
 def _lightning_sets(model):
-    from autopatch.models import builders
-
     return [builders.decode_inputs(model, model.config, batch=b, past=p, seq=s, seed=b * 10 + s)
             for b, p, s in [(2, 6, 3), (3, 8, 2), (1, 9, 1), (4, 5, 5)]]
 
 
 def lightning_case():
     def build_case():
-        model = _minimax()
+        model, _ = recurrent.build("minimax")
         traced, other, *more = _lightning_sets(model)
         return model, traced, other, [other, *more]  # batch, past and new tokens all differ, one token too
 

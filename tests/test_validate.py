@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import transformers
 
+from autopatch.models import handmade
 from conftest import REPO, assert_bad_input, clean_env, needs_onnx, requires
 
 STAGES = ["build", "export", "run"]
@@ -175,8 +175,7 @@ def test_a_failing_stage_exits_1_and_names_it():
 
 def test_a_local_config_directory(tmp_path):
     """Sizes as the directory's config gives them, random weights: nothing is downloaded."""
-    config = transformers.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, architectures=["Qwen2ForCausalLM"])
+    config = handmade.config("qwen2", architectures=["Qwen2ForCausalLM"])
     config.save_pretrained(tmp_path)
     code, report = _report("--model", str(tmp_path))
     assert code == 0 and report["ok"], report

@@ -22,15 +22,9 @@ def not_a_triple():
 def jamba_steps_of_several_tokens():
     """A Jamba decode step of several new tokens with a filled cache (both sets): its program asserts at run time
     that a step is not one token long (transformers.jamba.selective_scan), a check an ONNX model does not make."""
-    import transformers
+    from autopatch.models import builders, recurrent
 
-    from autopatch.models import builders
-
-    config = transformers.JambaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                      attn_layer_period=3, attn_layer_offset=1, num_attention_heads=4,
-                                      num_key_value_heads=2, num_experts=2, mamba_d_state=4, mamba_dt_rank=8)
-    torch.manual_seed(0)
-    model = transformers.JambaForCausalLM(config).eval()
+    model, config = recurrent.build("jamba_three")
     a = builders.decode_inputs(model, config, batch=2, past=6, seq=3, seed=1)
     b = builders.decode_inputs(model, config, batch=3, past=8, seq=2, seed=2)
     return model, a, b

@@ -240,7 +240,7 @@ def empty_hybrid_cache(model, config, batch):
     return cls(config, batch, torch.float32)
 
 
-def decode_inputs(model, config, batch, past, seq, seed, cache_position=False, pads=None):
+def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False, pads=None):
     """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects.  With
     ``pads`` that prefill is left-padded (its mask and positions as generate() gives them), and the step's mask
     is the prefill's followed by the new tokens."""
@@ -287,13 +287,18 @@ def seq2seq_forward_inputs(model, config, batch, source, target, seed):
             "decoder_input_ids": random_ids(g, config.vocab_size, batch, target), "use_cache": False}
 
 
-def seq2seq_decode_inputs(model, config, batch, source, past, seq, seed):
+def seq2seq_decode_inputs(model, config, batch, source, past, seq, seed=0):
+    """A decoder step after ``past`` tokens, its cache from the model's own eager call.  ``source``: source tokens
+    (text models); Whisper's audio features have a fixed number of frames, ``source`` is not used."""
     import torch
 
     g = generator(seed)
-    source_ids = random_ids(g, config.vocab_size, batch, source)
+    if getattr(config, "model_type", "") == "whisper":
+        frames = 2 * config.max_source_positions  # whisper's encoder takes exactly this many frames
+        encoder = {"input_features": torch.randn(batch, config.num_mel_bins, frames, generator=g)}
+    else:
+        encoder = {"input_ids": random_ids(g, config.vocab_size, batch, source)}
     with torch.no_grad():
         prefix = random_ids(g, config.vocab_size, batch, past)
-        cache = model(input_ids=source_ids, decoder_input_ids=prefix, use_cache=True).past_key_values
-    return {"input_ids": source_ids, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq),
-            "past_key_values": cache}
+        cache = model(**encoder, decoder_input_ids=prefix, use_cache=True).past_key_values
+    return {**encoder, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq), "past_key_values": cache}

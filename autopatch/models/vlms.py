@@ -1,7 +1,14 @@
 """Tiny vision-language models whose get_placeholder_mask is Llava's (4.x; 5.0-5.11 another shared one), and their
 prefill inputs: one definition for the tests and the benchmark catalogue.
 
-One image per sample, IMAGE_TOKEN placeholders (IMAGES_TOKENS of them) after the first text token (PaliGemma: the
+    NAMES          Llava's family by name: ``build(name)``, ``prefill(name, ...)``
+    llava          Llava itself (``build_llava``; its inputs are ``prefill("llava", ...)``), kept out of NAMES: its
+                   own rows are proven apart from the family's shared mask
+    gemma3         Gemma 3's VLM, whose image token is past its text vocabulary's randomly drawn ids
+    IDEFICS        Idefics2, Idefics3 and SmolVLM: several images per sample
+    sam            SAM: an image with point prompts (no language model)
+
+One image per sample, IMAGE_TOKEN placeholders (IMAGE_TOKENS of them) after the first text token (PaliGemma: the
 image first). Every vision tower is sized so an image gives exactly IMAGE_TOKENS features.
 """
 
@@ -59,7 +66,18 @@ def build(name):
     return getattr(transformers, MODEL_CLASS[name])(config).eval()
 
 
+def build_llava():
+    """Llava: CLIP's tower (16 px images, 8 px patches: 4 features once CLS is dropped) on a Llama."""
+    config = transformers.LlavaConfig(
+        vision_config=transformers.CLIPVisionConfig(**TOWER, patch_size=8, projection_dim=32),
+        text_config=transformers.LlamaConfig(**TEXT), image_token_index=IMAGE_TOKEN, image_seq_length=IMAGE_TOKENS)
+    torch.manual_seed(0)
+    return transformers.LlavaForConditionalGeneration(config).eval()
+
+
 def prefill(name, batch, text_len, seed=0):
+    """One image per sample for ``name`` (of NAMES, or "llava"): a first text token, the image's placeholders, then
+    the rest of the text (PaliGemma: the image first)."""
     g = torch.Generator().manual_seed(seed)
     text = torch.randint(0, IMAGE_TOKEN - 7, (batch, text_len), generator=g)
     image = torch.full((batch, IMAGE_TOKENS), IMAGE_TOKEN)
@@ -115,3 +133,74 @@ def idefics_prefill(batch, text_len, images, seed=0):
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
             "pixel_values": torch.randn(batch, images, 3, 32, 32, generator=g),
             "pixel_attention_mask": torch.ones(batch, images, 32, 32, dtype=torch.bool)}
+
+
+def paligemma_padded_prefill(batch, text_len, seed):
+    """PaliGemma's prefill with its first row left-padded by one token (the others start with a text token).
+    Unpadded, its eager forward skips the all-ones mask and, Gemma's text config being bidirectional, attends both
+    ways over the text, which no traced program does (upstream; README, known limits)."""
+    inputs = prefill("paligemma", batch, text_len, seed)
+    first = torch.randint(1, IMAGE_TOKEN - 7, (batch, 1), generator=torch.Generator().manual_seed(seed))
+    first[0] = 0  # pad_token_id
+    mask = torch.ones_like(first)
+    mask[0] = 0
+    return {**inputs, "input_ids": torch.cat([first, inputs["input_ids"]], 1),
+            "attention_mask": torch.cat([mask, inputs["attention_mask"]], 1)}
+
+
+# --- Gemma 3's VLM: SigLIP tower, 4 image tokens per image (16 px images, 4 px patches pooled to 2x2) ---------------
+
+# Its own token ids at the top of a 300-token vocabulary (begin/end of image, image), above the text's random ids.
+GEMMA3_IMAGE_TOKEN, GEMMA3_BOI, GEMMA3_EOI, GEMMA3_VOCAB = 299, 297, 298, 300
+GEMMA3_TEXT_IDS = 290  # random text ids are drawn below this: never one of the special tokens
+
+
+def build_gemma3():
+    """A sliding layer (window 4, which the prefills are past) and a full one, as Gemma 3 alternates them."""
+    vision = transformers.SiglipVisionConfig(**TOWER, patch_size=4)
+    text = transformers.Gemma3TextConfig(vocab_size=GEMMA3_VOCAB, hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         head_dim=16, sliding_window=4,
+                                         layer_types=["sliding_attention", "full_attention"])
+    config = transformers.Gemma3Config(vision_config=vision, text_config=text, mm_tokens_per_image=IMAGE_TOKENS,
+                                       image_token_index=GEMMA3_IMAGE_TOKEN, boi_token_index=GEMMA3_BOI,
+                                       eoi_token_index=GEMMA3_EOI)
+    torch.manual_seed(0)
+    return transformers.Gemma3ForConditionalGeneration(config).eval()
+
+
+def gemma3_prefill(batch, text_len, seed):
+    """One image per sample after the first text token, as ``prefill``."""
+    g = torch.Generator().manual_seed(seed)
+    text = torch.randint(0, GEMMA3_TEXT_IDS, (batch, text_len), generator=g)
+    ids = torch.cat([text[:, :1], torch.full((batch, IMAGE_TOKENS), GEMMA3_IMAGE_TOKEN), text[:, 1:]], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
+
+
+# --- SAM: a 64 px image (4x4 patches of 16), point prompts, two mask-decoder layers ---------------------------------
+
+SAM_IMAGE = 64
+
+
+def build_sam():
+    """Window attention of 2 patches on layer 0 and global attention on layer 1: both of the tower's paths."""
+    from transformers.models.sam import configuration_sam as c
+
+    vision = c.SamVisionConfig(hidden_size=32, output_channels=32, num_hidden_layers=2, num_attention_heads=4,
+                               image_size=SAM_IMAGE, patch_size=16, window_size=2, global_attn_indexes=[1],
+                               num_pos_feats=16, mlp_dim=64)
+    prompt = c.SamPromptEncoderConfig(hidden_size=32, image_size=SAM_IMAGE, patch_size=16, mask_input_channels=4)
+    decoder = c.SamMaskDecoderConfig(hidden_size=32, mlp_dim=64, num_hidden_layers=2, num_attention_heads=4,
+                                     iou_head_hidden_dim=32)
+    torch.manual_seed(0)
+    return transformers.SamModel(c.SamConfig(vision_config=vision.to_dict(), prompt_encoder_config=prompt.to_dict(),
+                                             mask_decoder_config=decoder.to_dict())).eval()
+
+
+def sam_inputs(batch, points, seed):
+    """One prompt of ``points`` points per image, each labelled foreground or background at random."""
+    g = torch.Generator().manual_seed(seed)
+    return {"pixel_values": torch.randn(batch, 3, SAM_IMAGE, SAM_IMAGE, generator=g),
+            "input_points": torch.rand(batch, 1, points, 2, generator=g) * SAM_IMAGE,
+            "input_labels": torch.randint(0, 2, (batch, 1, points), generator=g)}

@@ -1,0 +1,147 @@
+"""Tiny Qwen2-VL-family VLMs, whose images are packed into one patch sequence, and their prefill inputs: one
+definition for the tests and any tool that builds them.
+
+    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them
+    NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
+
+An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
+Each sample holds one image after a first text token and a vision-start token; shorter samples are left-padded.
+The traced and run sets differ in every size the packing reads: the number of images, their grids (frames, rows,
+columns), the batch and the text length.
+"""
+
+import torch
+import transformers
+from torch.export import Dim
+
+IMAGE, VIDEO, VISION_START = 120, 121, 122
+MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
+PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
+
+NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5")
+NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
+
+TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256}
+TOKENS = {"image_token_id": IMAGE, "video_token_id": VIDEO, "vision_start_token_id": VISION_START}
+# 4-pixel patches spanning 2 frames (the real towers' temporal patch), merged 2x2: small images still give several
+# language-model tokens.
+TOWER = {"depth": 2, "num_heads": 4, "patch_size": 4, "spatial_merge_size": MERGE, "temporal_patch_size": 2,
+         "in_channels": 3}
+# Multimodal RoPE: the head's 8 rotary pairs split over time, rows and columns (2, 2, 4).
+MROPE = {"rope_type": "default", "mrope_section": [2, 2, 4], "rope_theta": 10000.0}
+# The towers' own sizes: Qwen2-VL's tower is sized by embed_dim, the others by hidden_size into out_hidden_size.
+QWEN2_TOWER = {**TOWER, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2}
+OTHER_TOWER = {**TOWER, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64}
+# Qwen2.5-VL: 2x2-token windows (a 4x8 image has two per frame), layer 1 attending fully, so both paths are taken.
+QWEN2_5_TOWER = {**OTHER_TOWER, "window_size": 16, "fullatt_block_indexes": [1], "tokens_per_second": 2}
+# Qwen3-VL: a 4x4 learned position grid resampled per image, one deepstack layer.
+QWEN3_TOWER = {**OTHER_TOWER, "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
+
+
+def _config(name):
+    t = transformers
+    if name == "qwen2_vl_4x":  # 4.57: the text settings at the top level, mrope in rope_scaling
+        return t.Qwen2VLConfig(vision_config=QWEN2_TOWER, **TEXT, **TOKENS,
+                               rope_scaling={"type": "mrope", "mrope_section": MROPE["mrope_section"]})
+    if name == "qwen2_5_vl_4x":
+        return t.Qwen2_5_VLConfig(
+            vision_config=QWEN2_5_TOWER,
+            text_config={**TEXT, "rope_scaling": {"type": "mrope", "mrope_section": MROPE["mrope_section"]}},
+            **TOKENS)
+    if name == "qwen3_vl_4x":
+        return t.Qwen3VLConfig(
+            vision_config=QWEN3_TOWER,
+            text_config={**TEXT, "head_dim": 16, "rope_scaling": {"rope_type": "default", "mrope_interleaved": True,
+                                                                 "mrope_section": MROPE["mrope_section"]}},
+            **TOKENS)
+    if name == "qwen2_vl":
+        return t.Qwen2VLConfig(vision_config=QWEN2_TOWER, text_config={**TEXT, "rope_parameters": MROPE}, **TOKENS,
+                               bos_token_id=0, eos_token_id=1, pad_token_id=0)
+    if name == "glm4v":  # a 4x4 learned position table resampled per image; half the head dims rotate
+        return t.Glm4vConfig(
+            vision_config={**OTHER_TOWER, "image_size": 16},
+            text_config={**TEXT, "rope_parameters": {**MROPE, "mrope_section": [2, 1, 1],
+                                                     "partial_rotary_factor": 0.5}},
+            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
+    if name == "qwen3_5":  # a 4x4 learned position grid; text: a linear-attention and a full-attention layer
+        return t.Qwen3_5Config(
+            vision_config={**OTHER_TOWER, "num_position_embeddings": 16},
+            text_config={**TEXT, "head_dim": 16, "layer_types": ["linear_attention", "full_attention"],
+                         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                         "rope_parameters": {**MROPE, "mrope_section": [2, 1, 1], "mrope_interleaved": True,
+                                             "partial_rotary_factor": 0.5}},
+            image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
+    if name == "qwen2_5_vl":
+        return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
+                                  **TOKENS)
+    if name == "qwen3_vl":
+        return t.Qwen3VLConfig(
+            vision_config=QWEN3_TOWER,
+            text_config={**TEXT, "head_dim": 16, "rope_parameters": {**MROPE, "mrope_interleaved": True}}, **TOKENS)
+    raise KeyError(name)
+
+
+MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+               "qwen3_vl": "Qwen3VLForConditionalGeneration", "glm4v": "Glm4vForConditionalGeneration",
+               "qwen3_5": "Qwen3_5ForConditionalGeneration"}
+
+
+def build(name="qwen2_vl"):
+    """The model ``name`` (of NAMES_5 or NAMES_4), random weights seeded the same way each time."""
+    config = _config(name)
+    torch.manual_seed(0)
+    return getattr(transformers, MODEL_CLASS[name.removesuffix("_4x")])(config).eval()
+
+
+def prefill(grids, text_len, seed):
+    """One image per sample (grid (frames, rows, columns) in patches) after a first text token and the
+    vision-start token (4.x finds images by it), then the text; shorter samples are left-padded (attention
+    mask 0). ``mm_token_type_ids`` marks the image tokens (5.x reads the token kinds from it)."""
+    g = torch.Generator().manual_seed(seed)
+    ids, kinds, pixels = [], [], []
+    for frames, rows, columns in grids:
+        tokens = frames * rows * columns // MERGE**2
+        text = torch.randint(2, 100, (text_len,), generator=g)
+        ids.append(torch.cat([text[:1], torch.tensor([VISION_START]), torch.full((tokens,), IMAGE), text[1:]]))
+        kinds.append(torch.cat([torch.zeros(2), torch.ones(tokens), torch.zeros(text_len - 1)]).int())
+        pixels.append(torch.randn(frames * rows * columns, PATCH_DIM, generator=g))
+    longest = max(len(i) for i in ids)
+
+    def left_pad(rows_, fill_dtype):
+        return torch.stack([torch.cat([torch.zeros(longest - len(r), dtype=fill_dtype), r.to(fill_dtype)])
+                            for r in rows_])
+
+    return {"input_ids": left_pad(ids, torch.long), "attention_mask": left_pad([torch.ones(len(i)) for i in ids],
+                                                                                torch.long),
+            "mm_token_type_ids": left_pad(kinds, torch.int), "pixel_values": torch.cat(pixels),
+            "image_grid_thw": torch.tensor(grids)}
+
+
+def for_model(name, inputs):
+    """``inputs`` as the model ``name`` takes them: 4.57 has no mm_token_type_ids (it finds images by their tokens)."""
+    return {k: v for k, v in inputs.items() if not (name in NAMES_4 and k == "mm_token_type_ids")}
+
+
+def traced(name):
+    """The set a test traces with: two images of unequal grids."""
+    return for_model(name, prefill([(1, 4, 4), (1, 4, 8)], text_len=5, seed=0))
+
+
+def others(name):
+    """The sets a program is run at: other numbers of images, grids (a two-frame image, unequal rows), batches
+    and text lengths. GLM-4V's have one frame per image, as its processor makes them (its tower's position
+    resampling reads the grid of each frame's index, so a two-frame image is misread in eager too)."""
+    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name == "glm4v" else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
+    return [for_model(name, prefill(first, text_len=7, seed=1)), for_model(name, prefill([(1, 6, 6)], 3, seed=2))]
+
+
+def dynamic_shapes(name):
+    """Everything the packing reads dynamic: batch, text length, merged patches and images. The text is at least 4
+    long: Qwen3.5's prompt shorter than its convolution kernel (4) pads the linear-attention cache's state, a
+    branch."""
+    batch, seq = Dim("batch"), Dim("seq", min=4)
+    return for_model(name, {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
+                            "mm_token_type_ids": {0: batch, 1: seq}, "pixel_values": {0: MERGE**2 * Dim("merged")},
+                            "image_grid_thw": {0: Dim("images")}})
