@@ -302,7 +302,7 @@ def _varkw_export(strict, order):
               "attention_mask": {0: batch, 1: Dim("mask", min=3, max=128)},
               "kwargs": {"past": {0: batch}, "cache": {0: batch, 1: Dim("cache", min=4, max=100)}}}
     traced = _varkw_inputs(2, 6, 7, 5, 9, seed=0)
-    return torch.export.export(VarKw(), (), {k: traced[k] for k in order}, dynamic_shapes=shapes, strict=strict)
+    return proving.export(VarKw(), {k: traced[k] for k in order}, shapes=shapes, strict=strict)
 
 
 ORDERS = [["input_ids", "attention_mask", "past", "cache"], ["cache", "attention_mask", "past", "input_ids"]]
@@ -393,7 +393,7 @@ class ParameterBuffer(torch.nn.Module):
 
 
 def _parameter_buffer_export():
-    return torch.export.export(ParameterBuffer(), (torch.randn(2, 3),), dynamic_shapes=({0: Dim("b")},))
+    return proving.export(ParameterBuffer(), (torch.randn(2, 3),), shapes=({0: Dim("b")},))
 
 
 def test_parameter_buffer_program_fails_to_unlift_without_patch(agent):
