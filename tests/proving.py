@@ -47,27 +47,31 @@ class Proof:
     fails_at_run: bool = False
 
 
+def _call(traced, other, shapes):
+    """``(args, kwargs, dynamic_shapes)`` of an export of ``traced`` (keyword inputs; a tuple: positional ones),
+    copied (a cache is mutated by the trace); the shapes guessed from ``traced`` and ``other`` unless given."""
+    if shapes is None:
+        shapes = autopatch.guess_dynamic_shapes(traced, other)
+    args, kwargs = (traced, {}) if isinstance(traced, tuple) else ((), traced)
+    return copy.deepcopy(args), copy.deepcopy(kwargs), shapes
+
+
 def export(model, traced: dict | tuple, other: dict | tuple | None = None, *, shapes=None, strict: bool = False):
     """``torch.export.export`` as a user calls it: keyword inputs (a tuple: positional ones), dynamic shapes
     guessed from two input sets unless given, no autograd; the inputs are copied (a cache is mutated by the
     trace)."""
-    if shapes is None:
-        shapes = autopatch.guess_dynamic_shapes(traced, other)
-    args, kwargs = (traced, {}) if isinstance(traced, tuple) else ((), traced)
+    args, kwargs, shapes = _call(traced, other, shapes)
     with torch.no_grad():
-        return torch.export.export(model, copy.deepcopy(args), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes,
-                                   strict=strict)
+        return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=shapes, strict=strict)
 
 
 def export_onnx(model, traced: dict | tuple, other: dict | tuple | None = None, *, shapes=None, **options):
     """``torch.onnx.export(..., dynamo=True)`` as a user calls it, inputs and shapes as ``export`` takes them;
     ``options``: the exporter's own (``output_names``...)."""
-    if shapes is None:
-        shapes = autopatch.guess_dynamic_shapes(traced, other)
-    args, kwargs = (traced, {}) if isinstance(traced, tuple) else ((), traced)
+    args, kwargs, shapes = _call(traced, other, shapes)
     with torch.no_grad():
-        return torch.onnx.export(model, copy.deepcopy(args), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes,
-                                 dynamo=True, verbose=False, **options)
+        return torch.onnx.export(model, args, kwargs=kwargs, dynamic_shapes=shapes, dynamo=True, verbose=False,
+                                 **options)
 
 
 def assert_onnx_matches(got, expected, **tolerance) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from autopatch.models.builders import make_model
+from autopatch.models.builders import make_model, transformers_module
 
 
 class Handmade(NamedTuple):
@@ -88,8 +88,6 @@ def settings(name: str) -> Handmade:
 
 def config(name: str, **extra):
     """The config of the hand-sized model ``name`` alone (``extra`` on top: ``architectures`` for a saved one)."""
-    from autopatch.models.builders import transformers_module
-
     row = settings(name)
     return getattr(transformers_module(), row.config)(**row.settings, **extra)
 

@@ -35,13 +35,12 @@ LINEAR_LAYERS = dict(SIZES, head_dim=8, layer_types=["linear_attention", "full_a
 # A sparse block of 4 experts, 2 per token, and a shared expert: Qwen3-Next's and Qwen3.5-MoE's block at tiny size.
 QWEN_EXPERTS = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16)
 
+# Two mamba layers, a state of 4: conv kernel 4 and expand 2 (the classes' defaults); Mamba's and FalconMamba's.
+MAMBA = dict(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, conv_kernel=4, expand=2)
+
 STATE_SPACE = {
-    # Two mamba layers, a state of 4: conv kernel 4 and expand 2 (the classes' defaults).
-    "mamba": Handmade("MambaConfig", "MambaForCausalLM",
-                      dict(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, conv_kernel=4, expand=2)),
-    "falcon_mamba": Handmade("FalconMambaConfig", "FalconMambaForCausalLM",
-                             dict(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, conv_kernel=4,
-                                  expand=2)),
+    "mamba": Handmade("MambaConfig", "MambaForCausalLM", MAMBA),
+    "falcon_mamba": Handmade("FalconMambaConfig", "FalconMambaForCausalLM", MAMBA),
     # The fixed-size MambaCache of 4.48-4.55 (test_legacy_caches): the vocabulary of the other fixed-size cases
     # there (128), a state of 8.
     "mamba_legacy": Handmade("MambaConfig", "MambaForCausalLM",
