@@ -15,6 +15,7 @@ installers beside them. Everything those need from the agent is here, so the cor
                 ``install_always_on`` puts a wrapper in place outside the export scope.
   versions      ``installed(dist)``
   frames        ``is_outside(filename)``: neither torch's, autopatch's, the standard library's nor generated code
+  ONNX          ``returned_leaves(exported_program)``: which output leaves an ONNX graph returns
 
 Imported by area modules only, which load when their target module is imported: never at start-up.
 """
@@ -27,12 +28,13 @@ from .rewrite.control_flow import NotRewritable, substitute_expressions
 from .scope import count_hit, current_run, exported_module, in_export, on_export_start, use_patch
 from .spec import calls_original
 from .errors import is_outside
+from .onnx_inputs import returned_leaves
 from .versions import installed
 
 __all__ = [
     "Skip", "Drifted", "NotRewritable", "calls_original", "in_export", "use_patch", "count_hit", "on_export_start",
     "exported_module", "current_run", "fingerprint_of", "check_fingerprint", "substitute_expressions", "runtime",
-    "install_always_on", "installed", "is_outside",
+    "install_always_on", "installed", "is_outside", "returned_leaves",
 ]
 
 

@@ -37,7 +37,31 @@ def run(program, *args, **kwargs):
     out_spec = program.exported_program.call_spec.out_spec
     if out_spec is None:
         return flat
-    if len(flat) != out_spec.num_leaves:  # a leaf the graph does not return (a constant): pairing would shift
-        raise ValueError(f"the ONNX model returns {len(flat)} outputs, its exported program's tree has "
-                         f"{out_spec.num_leaves} leaves")
-    return torch.utils._pytree.tree_unflatten(flat, out_spec)
+    return torch.utils._pytree.tree_unflatten(program_leaves(program, flat), out_spec)
+
+
+def program_leaves(program, flat: list) -> list:
+    """The exported program's output leaves from the ONNX graph's outputs: those the graph returns, in order, and
+    the program's constants (see :func:`returned_leaves`) put back in their places."""
+    specs = user_output_specs(program.exported_program)
+    returned = returned_leaves(program.exported_program)
+    if sum(returned) != len(flat):  # pairing by position would shift: refuse, never guess
+        raise ValueError(f"the ONNX model returns {len(flat)} outputs, its exported program returns {sum(returned)} "
+                         f"tensors (and {len(returned) - sum(returned)} constants)")
+    tensors = iter(flat)
+    return [next(tensors) if is_returned else spec.arg.value for spec, is_returned in zip(specs, returned)]
+
+
+def user_output_specs(exported_program) -> list:
+    from torch.export.graph_signature import OutputKind
+
+    return [spec for spec in exported_program.graph_signature.output_specs if spec.kind == OutputKind.USER_OUTPUT]
+
+
+def returned_leaves(exported_program) -> list[bool]:
+    """Per output leaf of the exported program, whether the ONNX graph returns it. torch.onnx returns tensors and
+    symbolic numbers only: a leaf the program holds as a constant (``None`` for a hybrid cache's layers of the
+    other kind, on 4.57) is no output of the graph, and the outputs after it move up one place."""
+    from torch.export.graph_signature import ConstantArgument
+
+    return [not isinstance(spec.arg, ConstantArgument) for spec in user_output_specs(exported_program)]

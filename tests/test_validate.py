@@ -84,6 +84,34 @@ def test_onnx_inputs_run_orders_keywords_as_the_program_does_where_calling_the_p
     torch.testing.assert_close(onnx_inputs.run(program, **flag_first), model(**b))
 
 
+def test_onnx_inputs_run_puts_back_the_constant_leaves_the_graph_does_not_return(make_agent):
+    """A hybrid cache on 4.57 holds None for the layers of the other kind: the program returns them as constants,
+    the ONNX graph returns only the tensors. Pairing by position would shift every output after the first None;
+    run rebuilds the whole tree, and the outputs are still named by their paths."""
+    needs_onnx()
+    import torch
+
+    from autopatch import onnx_inputs
+
+    class NoneBetween(torch.nn.Module):
+        def forward(self, x):
+            return {"first": x + 1, "missing": None, "last": x * 2}
+
+    make_agent()
+    model = NoneBetween()
+    program = torch.onnx.export(model, (torch.ones(2, 3),), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},),
+                                dynamo=True, verbose=False)
+    assert [value.name for value in program.model.graph.outputs] == ["first", "last"]
+    assert onnx_inputs.returned_leaves(program.exported_program) == [True, False, True]
+    x = torch.randn(5, 3)
+    got = onnx_inputs.run(program, x)
+    assert list(got) == ["first", "missing", "last"] and got["missing"] is None
+    torch.testing.assert_close(got["first"], x + 1)
+    torch.testing.assert_close(got["last"], x * 2)
+    with pytest.raises(ValueError, match="returns 1 outputs, its exported program returns 2 tensors"):
+        onnx_inputs.program_leaves(program, [x])
+
+
 @requires("transformers>=5")
 def test_an_onnx_failure_names_what_stopped_the_conversion_and_the_patches_the_conversion_used():
     """A 5.x MoE model: without the grouped-matmul row, the onnx stage names the operator torch.onnx could not

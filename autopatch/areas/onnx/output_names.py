@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from ... import kit
-from ...kit import install_always_on
+from ...kit import install_always_on, returned_leaves
 
 def install_output_names(record, owner, name, original):
     """Installer for ``torch.onnx._internal.exporter._core.export`` (what ``torch.onnx.export(dynamo=True)``
@@ -50,12 +50,13 @@ def output_names(onnx_program) -> list[str] | None:
     if exported is None or exported.call_spec.out_spec is None:
         return None
     spec = exported.call_spec.out_spec
-    if spec.num_leaves != len(outputs):  # e.g. outputs the ONNX graph folded away
+    returned = returned_leaves(exported)  # the graph does not return the program's constant leaves
+    if spec.num_leaves != len(returned) or sum(returned) != len(outputs):
         return None
     try:
         # Placeholders stand in for the tensors: only the structure, and so the paths, matter here.
         rebuilt = pytree.tree_unflatten([torch.zeros(1, 1, 1, 1) for _ in range(spec.num_leaves)], spec)
-        paths = [path for path, _ in pytree.tree_flatten_with_path(rebuilt)[0]]
+        paths = [path for (path, _), kept in zip(pytree.tree_flatten_with_path(rebuilt)[0], returned) if kept]
     except Exception:  # noqa: BLE001 - a container that cannot be rebuilt this way keeps torch's names
         return None
     if len(paths) != len(outputs):

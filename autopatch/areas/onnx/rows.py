@@ -60,6 +60,20 @@ ROWS = (
         "found'). Registers one (a MatMul per expert over the rows offs gives it) in the registries built while "
         "the thread exports; a custom_translation_table still wins.",
     ),
+    PatchSpec(
+        id="torch.onnx.exact_identity_constants",
+        family="torch",
+        trigger="onnxscript.rewriter._matcher",
+        target="SimplePatternMatcher._match_constant",
+        mode="install",
+        replacement="autopatch.areas.onnx.exact_identities:install_exact_identities",
+        requires=TORCH_ONNX,
+        reason="torch.onnx.export(dynamo=True) optimizes with onnxscript's no-op rules (x*1, x/1, x+0, x-0), "
+        "whose constants match within a tolerance (relative 1e-5, absolute 1e-8): x * (1 - 1e-6) and x + 1e-12 "
+        "are removed as no-ops. Idefics2/3 and SmolVLM scale their patch coordinates so, and their ONNX logits "
+        "differed from eager by up to 0.08. While the thread exports, 0 and 1 in a pattern match only exact "
+        "zeros and ones.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -98,5 +112,15 @@ SUMMARIES = (
         'stops with "No ONNX function found". The row registers one (a MatMul per expert over the rows '
         '`offs` gives it, zeros past the last) in every ONNX registry built while the thread exports; a '
         "`custom_translation_table` (transformers' `OnnxExporter` gives one) still wins.",
+    ),
+    (
+        ('torch.onnx.exact_identity_constants',),
+        "`torch.onnx.export(dynamo=True)` optimizes the ONNX model with onnxscript's rewriter, whose no-op "
+        'rules (`x * 1`, `x / 1`, `x + 0`, `x - 0`) match a constant within a tolerance (relative 1e-5, '
+        'absolute 1e-8), so `x * (1 - 1e-6)` and `x + 1e-12` were removed: silently wrong numbers. '
+        "Idefics2/3 and SmolVLM scale their patch coordinates by `1 - 1e-6` before `bucketize`; their ONNX "
+        'logits differed from eager by up to 0.08 (4.57), and an epsilon before a division turns a zero norm '
+        'into NaN. While the thread exports, a pattern constant 0 or 1 matches only an exact 0 or 1; every '
+        'other constant keeps its tolerance.',
     ),
 )
