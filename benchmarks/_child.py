@@ -1,7 +1,7 @@
 """One export case in one column, in its own process.  Started by coverage.py; not meant to be run by hand.
 
     python benchmarks/_child.py CASE COLUMN OUT.json
-    python benchmarks/_child.py --arch MODEL_TYPE KIND OUT.json       # one architecture of sweep.py
+    python benchmarks/_child.py --arch MODEL_TYPE KIND [--no-onnx] OUT.json   # one architecture of sweep.py
     python benchmarks/_child.py --server COLUMN TIMEOUT      # reads JSON argv lists on stdin, one per line
 
 The server imports torch and transformers once, runs one warm-up export of a two-layer MLP (so the lazy imports
@@ -327,11 +327,11 @@ def _one(argv) -> None:
 
         autopatch.enable(argv[1])
         argv = argv[2:]
-    if argv[0] == "--arch":
+    if argv[0] == "--arch":  # --arch MODEL_TYPE KIND [--no-onnx] OUT
         import sweep_arch
 
-        result = sweep_arch.run(argv[1], argv[2])
-        out = argv[3]
+        result = sweep_arch.run(argv[1], argv[2], onnx="--no-onnx" not in argv[3:-1])
+        out = argv[-1]
     else:
         result = run_case(argv[0], argv[1])
         out = argv[2]

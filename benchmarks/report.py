@@ -275,7 +275,10 @@ def readme_blocks(coverage: list, sweeps: list = ()) -> dict:
 #: The supported-models table's step columns: a kind's first step (prefill, or forward for seq2seq, speech and
 #: encoders) shares the first column.
 SWEEP_COLUMNS = (("prefill / forward", ("prefill", "forward")), ("decode", ("decode",)), ("8-step loop", ("loop",)),
-                 ("strict", ("strict",)))
+                 ("strict", ("strict",)), ("ONNX", ("onnx",)))
+
+#: Steps after torch.export: shown in their own columns, not part of "export every step".
+BEYOND_EXPORT = ("onnx",)
 
 
 def sweep_verdict(row: dict, steps: tuple) -> str:
@@ -288,8 +291,14 @@ def sweep_verdict(row: dict, steps: tuple) -> str:
 
 
 def exported(row: dict) -> bool:
-    """Every step the architecture has (its export steps, the loop and strict) passed."""
-    return row["build"] == "ok" and all(e["verdict"] == "ok" for e in row["steps"].values())
+    """Every torch.export step the architecture has (its export steps, the loop and strict) passed."""
+    return row["build"] == "ok" and all(e["verdict"] == "ok" for step, e in row["steps"].items()
+                                        if step not in BEYOND_EXPORT)
+
+
+def through_onnx(row: dict) -> bool:
+    """The main step converted by torch.onnx.export and matched eager in onnxruntime."""
+    return row["build"] == "ok" and row["steps"].get("onnx", {}).get("verdict") == "ok"
 
 
 def sweep_summary(data: dict) -> str:
@@ -297,8 +306,9 @@ def sweep_summary(data: dict) -> str:
     rows, meta = data["architectures"], data["meta"]
     measured = f"{len(rows)} of {meta['architectures']} measured (unfinished run)" \
         if len(rows) < meta["architectures"] else f"{meta['architectures']} shipped"
+    onnx = f", {sum(through_onnx(r) for r in rows)} through ONNX and onnxruntime" if meta.get("onnx") else ""
     return (f"transformers {meta['transformers']}: **{sum(exported(r) for r in rows)} of {meta['architectures']}** "
-            f"architectures export every step ({measured}; {sum(r['build'] == 'ok' for r in rows)} built)")
+            f"architectures export every step ({measured}; {sum(r['build'] == 'ok' for r in rows)} built{onnx})")
 
 
 def sweep_section(sweeps: list) -> list:
@@ -312,7 +322,9 @@ def sweep_section(sweeps: list) -> list:
              "`torch.export.export`, each architecture in its own process.  Steps: prefill or forward; decode with "
              "the model's own cache; the exported decode program stepped 8 times as a runtime steps it (its cache "
              "fed back) from another batch and past than traced, beside eager; the main step again with "
-             "`strict=True`.  Every output leaf compared with eager at sizes other than traced.", "",
+             "`strict=True`; the main step through `torch.onnx.export(dynamo=True)` and onnxruntime (ONNX: not "
+             "counted in \"export every step\"; empty where the run had no ONNX step).  Every output leaf "
+             "compared with eager at sizes other than traced.", "",
              "Verdicts: `ok`; `agent` (export fails or differs from eager with the agent on: ours to fix); "
              "`harness` (the sweep could not build the model or its inputs); `upstream` (eager itself fails, is "
              "not deterministic, or returns a structure that follows the input sizes: no program can be right); "
@@ -330,13 +342,21 @@ def sweep_section(sweeps: list) -> list:
     header = "| kind | architecture | " + " | ".join(f"{title} ({v})" for v in versions for title, _ in SWEEP_COLUMNS)
     lines += [header + " |", "| --- " * (2 + len(versions) * len(SWEEP_COLUMNS)) + "|"]
     for (kind, model_type), rows in sorted(by_arch.items()):
-        cells = [sweep_verdict(rows[i], steps) if i in rows else _absent(sweeps[i], kind, model_type)
+        cells = [_sweep_cell(sweeps[i], rows.get(i), kind, model_type, steps)
                  for i in range(len(sweeps)) for _, steps in SWEEP_COLUMNS]
         lines.append(f"| {kind} | {model_type} | " + " | ".join(cells) + " |")
     lines += [""]
     for data in sweeps:
         lines += sweep_failures(data)
     return lines
+
+
+def _sweep_cell(data: dict, row: dict | None, kind: str, model_type: str, steps: tuple) -> str:
+    if row is None:
+        return _absent(data, kind, model_type)
+    if set(steps) <= set(BEYOND_EXPORT) and not data["meta"].get(steps[0]):  # a run without that step
+        return "not measured"
+    return sweep_verdict(row, steps)
 
 
 def _absent(data: dict, kind: str, model_type: str) -> str:

@@ -3,11 +3,13 @@
     python benchmarks/sweep.py                          # every kind, 2 workers, resumes an unfinished run
     python benchmarks/sweep.py --kinds causal --only 'qwen*' llama --workers 1
     python benchmarks/sweep.py --fresh                  # forget what the results file holds and start again
+    python benchmarks/sweep.py --no-onnx                # torch.export only (no torch.onnx.export step)
 
 This is the supported-models list: one row per architecture (tiny.architectures: causal LM, seq2seq, vision-language,
 speech seq2seq, encoders), with a verdict per step (prefill or forward, decode with the model's own cache, an
-8-step decode loop, strict=True) from sweep_arch.py.  Each architecture runs in its own forked process
-(_child.py's server) with a timeout; a crash or a hang is that architecture's verdict, not the run's end.
+8-step decode loop, strict=True, and the main step through torch.onnx.export and onnxruntime) from sweep_arch.py.
+Each architecture runs in its own forked process (_child.py's server) with a timeout; a crash or a hang is that
+architecture's verdict, not the run's end.
 
 The results file (benchmarks/results/sweep-<transformers>.json) is written after every architecture, with the
 commit it was measured at: a run that stops (a time limit, Ctrl-C, a lost machine) resumes where it stopped when
@@ -37,7 +39,7 @@ sys.path.insert(0, str(HERE))
 from coverage import Servers, clean_env, interpreter_versions  # noqa: E402  (beside this file)
 
 #: Step names in the order the page shows them (a kind has some of them).
-STEP_ORDER = ("prefill", "forward", "decode", "loop", "strict")
+STEP_ORDER = ("prefill", "forward", "decode", "loop", "strict", "onnx")
 
 
 def list_architectures(python: str, kinds: list) -> list:
@@ -49,8 +51,8 @@ def list_architectures(python: str, kinds: list) -> list:
     return [tuple(row) for row in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
-def resumable(path: Path, code: dict, versions: dict) -> list:
-    """The rows of an earlier run of the same code and versions that did not finish, or []."""
+def resumable(path: Path, code: dict, versions: dict, onnx: bool = True) -> list:
+    """The rows of an earlier run of the same code, versions and steps that did not finish, or []."""
     if not path.exists():
         return []
     try:
@@ -59,7 +61,7 @@ def resumable(path: Path, code: dict, versions: dict) -> list:
         return []
     meta = old.get("meta", {})
     same = all(meta.get(k) == code.get(k) for k in ("commit", "dirty")) and \
-        all(meta.get(k) == versions.get(k) for k in ("torch", "transformers"))
+        all(meta.get(k) == versions.get(k) for k in ("torch", "transformers")) and meta.get("onnx", False) == onnx
     return old.get("architectures", []) if same and not meta.get("complete") else []
 
 
@@ -88,13 +90,13 @@ def run(args) -> dict:
     archs = list_architectures(args.python, args.kinds)
     if args.only:
         archs = [a for a in archs if any(fnmatch.fnmatch(a[0], p) for p in args.only)]
-    kept = [] if args.fresh else resumable(out, code, versions)
+    kept = [] if args.fresh else resumable(out, code, versions, onnx=not args.no_onnx)
     done_keys = {(r["model_type"], r["kind"]) for r in kept}
     todo = [a for a in archs if (a[0], a[1]) not in done_keys]
     rows = list(kept)
     meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), **code, **versions,
             "command": "python benchmarks/sweep.py " + " ".join(sys.argv[1:]), "workers": args.workers,
-            "timeout": args.timeout, "kinds": list(args.kinds), "architectures": len(archs),
+            "timeout": args.timeout, "kinds": list(args.kinds), "onnx": not args.no_onnx, "architectures": len(archs),
             "shipped": [[a[1], a[0]] for a in archs], "complete": False}
     print(f"sweep: {len(archs)} architectures ({len(kept)} kept from an unfinished run at this commit), "
           f"transformers {versions['transformers']}, torch {versions['torch']}, {args.workers} workers, "
@@ -114,7 +116,7 @@ def run(args) -> dict:
         if args.limit and time.perf_counter() - started > args.limit:
             return None
         t0 = time.perf_counter()
-        row = servers.run(args.python, "autopatch", ["--arch", model_type, kind])
+        row = servers.run(args.python, "autopatch", ["--arch", model_type, kind, *(["--no-onnx"] * args.no_onnx)])
         if row.get("status") in ("timeout", "crash"):  # the process, not a step, ended it
             row = {"model_type": model_type, "kind": kind, "class_name": class_name, "build": "ok",
                    "steps": {"run": {"verdict": "agent" if row["status"] == "timeout" else "harness",
@@ -147,10 +149,12 @@ def main(argv=None) -> None:
     parser.add_argument("--kinds", nargs="*", default=list(tiny.KINDS), choices=tiny.KINDS)
     parser.add_argument("--only", nargs="*", help="glob patterns over model types")
     parser.add_argument("--workers", type=int, default=2, help="architectures at once (the reference machine has 2 cores)")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds per architecture, every step included")
+    parser.add_argument("--timeout", type=float, default=420,
+                        help="seconds per architecture, every step included (300 before the ONNX step)")
     parser.add_argument("--limit", type=float, default=0,
                         help="stop starting architectures after this many seconds (0: none); run again to resume")
     parser.add_argument("--fresh", action="store_true", help="ignore an unfinished run in the results file")
+    parser.add_argument("--no-onnx", action="store_true", help="leave out the torch.onnx.export step")
     parser.add_argument("--python", default=sys.executable, help="interpreter for the children")
     parser.add_argument("--out", help="results JSON (default: benchmarks/results/sweep-<transformers>.json)")
     parser.add_argument("--no-docs", action="store_true", help="do not regenerate docs/coverage.md")

@@ -12,6 +12,10 @@ shapes guessed from A and B, and compared leaf by leaf with eager on set C.  The
   beside eager stepping from the same start: every step's logits and the final output, cache included, compared.
   One-step checks miss a cache that is wrong only on the next step.
 * ``strict``: the main step (decode where there is one) exported again with ``strict=True`` (Dynamo).
+* ``onnx``: the main step through ``torch.onnx.export(dynamo=True)`` instead (same model, set A, dynamic shapes),
+  the file checked by ``onnx.checker``, onnxruntime (CPU) on set C against eager, every leaf. Its verdict is
+  ``agent`` when the conversion, the run or the numbers fail with the agent on; the page shows it in a column of
+  its own and the headline ("export every step") counts the torch.export steps only.
 
 Every step gets a verdict:
 
@@ -29,7 +33,7 @@ from __future__ import annotations
 import copy
 import time
 
-from _child import compare, first_line, fit_to_signature, guess_dynamic_shapes, leaves_of
+from _child import compare, error_text, export_onnx, first_line, fit_to_signature, guess_dynamic_shapes, leaves_of
 
 LOOP_STEPS = 8
 
@@ -44,7 +48,7 @@ class Verdict(Exception):
         self.verdict, self.outcome, self.detail = verdict, outcome, detail
 
 
-def run(model_type: str, kind: str) -> dict:
+def run(model_type: str, kind: str, onnx: bool = True) -> dict:
     import torch
 
     from autopatch.models import tiny
@@ -72,6 +76,8 @@ def run(model_type: str, kind: str) -> dict:
     main = "decode" if "decode" in result["steps"] else tiny.steps(arch)[0]
     if result["steps"][main]["verdict"] == OK:
         result["steps"]["strict"] = _timed(lambda: _export_step(model, arch, main, {}, strict=True))
+        if onnx:
+            result["steps"]["onnx"] = _timed(lambda: _onnx_step(model, arch, main))
     result["seconds"] = round(time.perf_counter() - started, 2)
     return result
 
@@ -134,7 +140,7 @@ def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -
             raise Verdict(AGENT, "run_error", first_line(exc)) from None
     same, detail = compare(got, expected)
     if not same:
-        if arch.kind == "causal" and step == "prefill" and _attends_ahead(model, c) and not _attends_ahead(
+        if arch.kind in ("causal", "vlm") and step == "prefill" and _attends_ahead(model, c) and not _attends_ahead(
                 program.module(), c):
             raise Verdict(UPSTREAM, "eager_not_causal",
                           "eager's first position changes with the last token (it attends ahead), the program's "
@@ -144,17 +150,53 @@ def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -
     return detail
 
 
+def _onnx_step(model, arch, step: str) -> str:
+    """``step`` (which torch.export passed) through torch.onnx.export(dynamo=True) from set A, shapes from A and B;
+    onnxruntime on set C against eager."""
+    import importlib.util
+
+    import torch
+
+    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise Verdict(HARNESS, "onnx_unavailable", f"{', '.join(missing)} not installed (pip install autopatch[onnx])")
+    a, b, c = _input_sets(model, arch, step)
+    expected = _eager(model, c)
+    with torch.no_grad():
+        try:
+            run_onnx = export_onnx(model, a, fit_to_signature(model, guess_dynamic_shapes(a, b)))
+        except Exception as exc:
+            raise Verdict(AGENT, "onnx_error", error_text(exc)) from None
+        try:
+            got = run_onnx(copy.deepcopy(c))
+        except Exception as exc:
+            raise Verdict(AGENT, "onnx_run_error", first_line(exc)) from None
+    same, detail = compare(got, expected)
+    if not same:
+        raise Verdict(AGENT, "onnx_wrong_result", detail)
+    return detail
+
+
 def _attends_ahead(model, inputs: dict) -> bool:
-    """Whether a causal LM's logits at the first position change when only the last token changes: eager of some
-    versions drops the causal mask of an unpadded batch (Doge on 4.57 does), which no causal program reproduces."""
+    """Whether the logits at the first position change when only the last token changes. Eager of some versions
+    drops the causal mask of an unpadded batch: Doge on 4.57, and PaliGemma on 5.x, whose text config is
+    bidirectional and whose unpadded prefill skips the all-ones mask (padded, it is causal). No causal program
+    reproduces that. The last tokens are rotated across the batch, so each is still a text token (a VLM's image
+    placeholders stay where they are)."""
     import torch
 
     changed = copy.deepcopy(inputs)
     ids = changed["input_ids"]
-    ids[:, -1] = (ids[:, -1] + 1) % max(int(ids.max()) + 1, 2)
+    if ids.shape[0] > 1 and not torch.equal(ids[:, -1], ids[:, -1].roll(1)):
+        ids[:, -1] = ids[:, -1].roll(1)
+    else:
+        ids[:, -1] = (ids[:, -1] + 1) % max(int(ids.max()) + 1, 2)
     with torch.no_grad():
-        first = _field(model(**copy.deepcopy(inputs)), "logits")[:, 0]
-        second = _field(model(**changed), "logits")[:, 0]
+        try:
+            first = _field(model(**copy.deepcopy(inputs)), "logits")[:, 0]
+            second = _field(model(**changed), "logits")[:, 0]
+        except Exception:  # noqa: BLE001 - a model that refuses the changed inputs tells nothing
+            return False
     return not torch.allclose(first, second, rtol=1e-5, atol=1e-6)
 
 

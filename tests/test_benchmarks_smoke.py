@@ -97,9 +97,10 @@ def test_sweep_of_one_architecture_records_its_commit_and_every_step(tmp_path):
     assert sweep["meta"]["complete"] is True
     [row] = sweep["architectures"]
     assert row["model_type"] == "llama" and row["build"] == "ok", row
-    assert set(row["steps"]) == {"prefill", "decode", "loop", "strict"}
+    assert set(row["steps"]) == {"prefill", "decode", "loop", "strict", "onnx"}
     assert {step: entry["verdict"] for step, entry in row["steps"].items()} == dict.fromkeys(row["steps"], "ok"), row
     assert "8 steps" in row["steps"]["loop"]["detail"]
+    assert "over 5 tensors" in row["steps"]["onnx"]["detail"]  # onnxruntime's logits and cache, each compared
     # one progress line per step: architecture, step, verdict, seconds, done/total
     assert "[1/1] causal   llama" in run.stdout and " loop      ok " in run.stdout, run.stdout
 
@@ -107,8 +108,8 @@ def test_sweep_of_one_architecture_records_its_commit_and_every_step(tmp_path):
 
     text = "\n".join(report.sweep_section([sweep]))
     assert report.measured_at(sweep["meta"]) in text
-    assert "| causal | llama | ok | ok | ok | ok |" in text
-    assert "**1 of 1** architectures export every step" in text
+    assert "| causal | llama | ok | ok | ok | ok | ok |" in text
+    assert "**1 of 1** architectures export every step" in text and "1 through ONNX and onnxruntime" in text
     headline = "\n".join(report.sweep_headline([sweep]))
     assert "**1 of 1** architectures export every step" in headline and report.measured_at(sweep["meta"]) in headline
 
@@ -154,10 +155,11 @@ def test_a_stopped_sweep_resumes_at_the_same_commit_only(tmp_path):
     versions = {"torch": "2.13.0", "transformers": "5.23.0"}
     rows = [{"model_type": "llama", "kind": "causal", "build": "ok", "steps": {}}]
     path = tmp_path / "sweep.json"
-    path.write_text(json.dumps({"meta": {**code, **versions, "complete": False}, "architectures": rows}))
+    path.write_text(json.dumps({"meta": {**code, **versions, "onnx": True, "complete": False}, "architectures": rows}))
     assert sweep.resumable(path, code, versions) == rows
     assert sweep.resumable(path, {**code, "commit": "0" * 40}, versions) == []
     assert sweep.resumable(path, code, {**versions, "transformers": "4.57.6"}) == []
+    assert sweep.resumable(path, code, versions, onnx=False) == []  # a run with other steps
     path.write_text(json.dumps({"meta": {**code, **versions, "complete": True}, "architectures": rows}))
     assert sweep.resumable(path, code, versions) == []
 
