@@ -229,6 +229,11 @@ def special_ids(config) -> set:
 
 def shrink(config):
     """``config`` shrunk in place (see the module docstring) and returned."""
+    import transformers
+
+    for name, klass in OVERRIDES.get(getattr(config, "model_type", ""), {}).get("_sub_configs", {}).items():
+        if getattr(config, name, None) is None:  # before the tree is walked, so that it is shrunk with the rest
+            setattr(config, name, getattr(transformers, klass)())
     for node in _tree(config):  # special ids a default config lacks, given before the vocabulary is planned
         for name, value in OVERRIDES.get(getattr(node, "model_type", ""), {}).get("_ids", {}).items():
             if _stored(node).get(name) is None:
@@ -288,6 +293,9 @@ def _shrink_node(config, remap: dict) -> None:
         if not name.startswith("_"):
             node, _, attr = name.rpartition(".")  # "attn_config.rope_theta": an attribute of a sub-config
             setattr(getattr(config, node) if node else config, attr, value)
+    for name, value in override.get("_if_unset", {}).items():
+        if getattr(config, name, None) is None:
+            setattr(config, name, value)
     for name, value in override.get("_ids", {}).items():  # again: a rebuild drops what the constructor does not take
         if getattr(config, name, None) is None or name not in _stored(config):
             _set(config, name, remap["ids"].get(value, value))
@@ -640,6 +648,15 @@ OVERRIDES: dict = {
     # also the tower's MLP width (5632 = 4 x 1408 in the default); its projector dims then feed the text projector
     "llama4_vision_model": {"intermediate_size": 4 * HIDDEN, "projector_input_dim": HIDDEN,
                             "projector_output_dim": HIDDEN, "vision_output_dim": HIDDEN},
+    # transformers 4.x default configs that cannot build their own model; the values are 5.x's defaults, given
+    # only where the 4.x config leaves them unset (``_if_unset``; ``_sub_configs``: a config class's defaults):
+    # Mllama's text rotary embedding reads rope_scaling["rope_type"] but its default rope_scaling is None;
+    "mllama_text_model": {"_if_unset": {"rope_scaling": {"rope_type": "default"}}},
+    # Phi-4-multimodal reads vision_config.image_token_id but its default vision_config is None
+    "phi4_multimodal": {"_sub_configs": {"vision_config": "Phi4MultimodalVisionConfig"}},
+    # Pix2Struct's text config gets initializer_range from its parent's constructor, not its own, so rebuilding it
+    # drops it (4.x; the model reads it to initialize): the default's 0.02 (5.x's text config takes it itself)
+    "pix2struct_text_model": {"initializer_range": 0.02},
     # Kimi-K2.5's projector normalizes the tower's output over projection_hidden_size, the tower's hidden size
     # (1152 in both defaults), kept on the top config where the tower's shrink does not reach it
     "kimi_k25": {"projection_hidden_size": HIDDEN},
@@ -724,6 +741,7 @@ def build(arch: Arch):
     except Exception as exc:
         raise BuildError(_reason(exc)) from exc
     model = model.to(torch.float32).eval()
+    _no_zero_matrices(model)
     languages = getattr(model.config, "languages", None)
     if hasattr(model, "set_default_language") and languages:
         model.set_default_language(languages[0])  # X-MOD's adapters need one chosen (a processor would say)
@@ -732,6 +750,21 @@ def build(arch: Arch):
         name, biggest = max(model.named_parameters(), key=lambda item: item[1].numel())
         raise BuildError(f"not tiny: {params / 1e6:.0f}M parameters ({name} {tuple(biggest.shape)})")
     return model
+
+
+def _no_zero_matrices(model) -> None:
+    """Trained weight matrices are never all zeros, but some inits leave one so (AFMoE zeroes its router's gate):
+    every router score is then equal, and top-k picks among ties, which torch and onnxruntime break differently.
+    Such a matrix gets random values at the config's ``initializer_range``, a checkpoint's regime: distinct
+    scores. Vectors (biases, gates of one value per layer) keep their init."""
+    import torch
+
+    std = getattr(model.config, "initializer_range", None)
+    std = std if isinstance(std, float) and std > 0 else 0.02
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() >= 2 and param.numel() and param.is_floating_point() and not param.any():
+                param.normal_(0.0, std)
 
 
 def _config_for(klass, config, kind: str):
