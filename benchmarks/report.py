@@ -323,7 +323,7 @@ def sweep_section(sweeps: list) -> list:
              "the model's own cache; the exported decode program stepped 8 times as a runtime steps it (its cache "
              "fed back) from another batch and past than traced, beside eager; the main step again with "
              "`strict=True`; the main step through `torch.onnx.export(dynamo=True)` and onnxruntime (ONNX: not "
-             "counted in \"export every step\"; empty where the run had no ONNX step).  Every output leaf "
+             "counted in \"export every step\"; `not measured` for a run without that step).  Every output leaf "
              "compared with eager at sizes other than traced.", "",
              "Verdicts: `ok`; `agent` (export fails or differs from eager with the agent on: ours to fix); "
              "`harness` (the sweep could not build the model or its inputs); `upstream` (eager itself fails, is "
