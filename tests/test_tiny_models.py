@@ -21,6 +21,7 @@ REPRESENTATIVES = [
     ("causal", "mllama"),  # 4.x: the default text config's rope_scaling is None, which the model indexes
     ("vlm", "mllama"),
     ("causal", "phi4_multimodal"),  # 4.x: the default vision_config is None, which the model reads
+    ("causal", "hunyuan_v1_moe"),  # its default config has one expert: a tiny mixture instead
     ("vlm", "pix2struct"),  # 4.x: its text config's initializer_range comes from the parent, lost by a rebuild
     ("seq2seq", "encoder-decoder"),  # transformers 4: no default sub-configs
     ("vlm", "gemma3"),  # vision tower and token count left full size
@@ -95,6 +96,14 @@ def test_no_weight_matrix_is_left_all_zeros():
     assert gate.any() and gate.std() > 0
     assert all(p.any() for p in model.parameters() if p.dim() >= 2)
     assert not model.model.layers[-1].mlp.expert_bias.any()  # a vector: still the init's zeros
+
+
+def test_a_default_config_of_one_expert_becomes_a_tiny_mixture():
+    """Hunyuan-MoE's class default is one expert, top-1: no mixture, and transformers' grouped experts then count
+    tokens with histc(min=0, max=0), which torch.onnx refuses. Checkpoints route among many."""
+    _arch("causal", "hunyuan_v1_moe")
+    config = tiny.tiny_config("hunyuan_v1_moe")
+    assert (config.num_experts, config.moe_topk) == (4, 2)
 
 
 def test_sizes_are_consistent_where_the_model_derives_them():

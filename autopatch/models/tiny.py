@@ -657,6 +657,10 @@ OVERRIDES: dict = {
     # Pix2Struct's text config gets initializer_range from its parent's constructor, not its own, so rebuilding it
     # drops it (4.x; the model reads it to initialize): the default's 0.02 (5.x's text config takes it itself)
     "pix2struct_text_model": {"initializer_range": 0.02},
+    # Hunyuan-MoE's default config has one expert, top-1 (Hunyuan-A13B: 64 experts, top 8): one expert is no
+    # mixture, and takes paths no checkpoint does (transformers' grouped experts count tokens with histc(min=0,
+    # max=0), which torch.onnx refuses): a tiny mixture instead
+    "hunyuan_v1_moe": {"num_experts": 4, "moe_topk": 2},
     # Kimi-K2.5's projector normalizes the tower's output over projection_hidden_size, the tower's hidden size
     # (1152 in both defaults), kept on the top config where the tower's shrink does not reach it
     "kimi_k25": {"projection_hidden_size": HIDDEN},
