@@ -308,9 +308,9 @@ def onnx_fixed_dims(graph, program) -> tuple:
     # graph ends with the same user outputs in the same order: paired from the end.
     returned = next(node for node in program.graph.nodes if node.op == "output").args[0]
     kinds = [spec.kind for spec in program.graph_signature.output_specs]
+    users = [node for node, kind in zip(returned, kinds) if kind == OutputKind.USER_OUTPUT]
     # A constant leaf (None) is no graph output: left out, as torch.onnx leaves it out.
-    outputs = [node.meta.get("val") for node, kind in zip(returned, kinds)
-               if kind == OutputKind.USER_OUTPUT and isinstance(node, torch.fx.Node)]
+    outputs = [node.meta.get("val") for node, kept in zip(users, onnx_inputs.returned_leaves(program)) if kept]
     pairs = [(value, inputs.get(value.name)) for value in graph.input]
     pairs += list(zip(list(graph.output)[-len(outputs):] if outputs else [], outputs))
     fixed, symbolic = [], 0

@@ -9,6 +9,7 @@ import torch
 
 import autopatch
 import proving
+from autopatch import onnx_inputs
 from conftest import needs_onnx, requires
 
 pytestmark = requires("torch>=2.13")  # the torch.onnx rows' range (autopatch.areas.bounds.TORCH_ONNX)
@@ -86,8 +87,6 @@ def test_idefics3_prefill_through_onnx(make_agent, with_row):
     traced, other = ({**vlms.idefics_prefill(b, t, i, seed=s), "use_cache": False}
                      for s, (b, t, i) in enumerate([(2, 5, 2), (3, 7, 3)]))
     program = proving.export_onnx(model, traced, other)
-    from autopatch import onnx_inputs
-
     got = onnx_inputs.run(program, **other)
     with torch.no_grad():
         expected = model(**other)
