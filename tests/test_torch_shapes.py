@@ -17,7 +17,7 @@ import proving
 from autopatch import registry, versions
 from autopatch.agent import Agent
 from autopatch.models import builders, handmade
-from conftest import requires
+from conftest import needs_onnx, requires
 
 BROADCAST = ("torch.broadcast.infer_size", "torch.broadcast.fast_binary")
 REFS = tuple(s.id for s in registry.PATCHES if s.id.startswith("torch.broadcast_refs."))
@@ -166,6 +166,64 @@ def test_broadcast_patch_takes_a_data_dependent_size_beside_a_fixed_one(agent, s
         x, mask, y = torch.randn(length), torch.zeros(length, dtype=torch.bool), torch.randn(3)
         mask[kept] = True
         assert torch.equal(program.module()(x, mask, y), model(x, mask, y))
+
+
+class WindowsOfATable(torch.nn.Module):
+    """Slices of a table broadcast against sizes they may not reach (GPT-Neo's causal-mask buffer): under
+    backed_size_oblivious every dim may be 0, a slice's length Max(0, Min(16, p + n) - Min(16, p)) included, and
+    the second slice is sized by the first broadcast, so broadcast results nest."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(16, 4, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x, past):
+        p, n = past.shape[1], x.shape[1]
+        y = x + self.table[p:p + n]
+        z = y + self.table[past.shape[0]:past.shape[0] + y.shape[1]]
+        return z.transpose(1, 2).contiguous().view(z.shape[0], -1)
+
+
+# Traced at ((2, 3, 4), (2, 5)); other sizes, the last window ending at the table's last row.
+WINDOW_SIZES = [((3, 4, 4), (3, 7)), ((2, 6, 4), (2, 2)), ((4, 2, 4), (4, 14))]
+EMPTY_AGAINST_ONE = ((2, 1, 4), (2, 16))  # the first window is empty (past at the table's end), x has one row
+
+
+def _windows_export(export):
+    dims = {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}
+    return export(WindowsOfATable(), (torch.randn(2, 3, 4), torch.randn(2, 5)), shapes=(dims, dims))
+
+
+def test_broadcast_where_a_size_may_be_zero_takes_the_max_and_refuses_empty_against_one(agent):
+    """Where 0 is possible the patch used an exact formula, sym_ite(a == 1, b, a): its Piecewise, once a later size
+    is compared with 1, holds a sympy ITE that torch's range analysis cannot bound (KeyError: ITE, GPT-Neo), and
+    any exact formula names both sizes twice, so nested broadcasts grow exponentially (LFM2-MoE never finished).
+    Now: the max, with a run-time check refusing the one case where it is wrong. The program matches eager at
+    other sizes and refuses an empty window against one row loudly (eager answers an empty tensor)."""
+    with patches(*BROADCAST, *BSO) as own:
+        program = _windows_export(proving.export)
+        assert own.records["torch.broadcast.fast_binary"].hits > 0  # x + window: through its broadcast_dim
+    model = WindowsOfATable()
+    for sx, sp in WINDOW_SIZES:
+        x, past = torch.randn(sx), torch.randn(sp)
+        torch.testing.assert_close(program.module()(x, past), model(x, past))
+    x, past = (torch.randn(s) for s in EMPTY_AGAINST_ONE)
+    assert model(x, past).numel() == 0
+    with pytest.raises((AssertionError, RuntimeError), match="not supported|Guard failed"):  # the check, as a guard
+        program.module()(x, past)
+
+
+@requires("torch>=2.13")  # the torch.onnx rows' range
+def test_broadcast_where_a_size_may_be_zero_through_onnx(make_agent):
+    """torch.onnx.export turns backed_size_oblivious on itself, so every dim may be 0: the module converts with
+    every default row and onnxruntime matches eager at other sizes."""
+    needs_onnx()
+    make_agent()
+    program, model = _windows_export(proving.export_onnx), WindowsOfATable()
+    assert autopatch.last_export_report()["patches"]["torch.broadcast.fast_binary"] > 0
+    for sx, sp in WINDOW_SIZES:
+        x, past = torch.randn(sx), torch.randn(sp)
+        proving.assert_onnx_matches(program(x, past), [model(x, past)])
 
 
 # ---------------------------------------------------------------------------------------------------------------

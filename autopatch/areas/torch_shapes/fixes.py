@@ -62,6 +62,12 @@ def sym_or(*exprs):
     return any_of(*exprs)
 
 
+def sym_and(*exprs):
+    from torch.fx.experimental.symbolic_shapes import sym_and as all_of
+
+    return all_of(*exprs)
+
+
 def is_unbacked(size) -> bool:
     """A SymInt made from data (``.item()``, ``nonzero``, a boolean mask...): torch has no traced value for it."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
@@ -116,11 +122,20 @@ def broadcast_dim(size_a, size_b, index):
         return size_b
     if isinstance(size_a, int):
         return size_a
-    # Both >= 1: one of them is 1 or they are equal, so the result is the max. A size 0 against 1 gives 0 in
-    # eager while max gives 1: use the exact formula when 0 is possible.
-    if statically_known_true(size_a >= 1) and statically_known_true(size_b >= 1):
-        return torch.sym_max(size_a, size_b)
-    return torch.sym_ite(size_a == 1, size_b, size_a)
+    # One of them is 1 or they are equal, so the result is the max, unless a 0 meets a 1 (eager gives 0, the max
+    # 1). Where 0 is possible (every dim under backed_size_oblivious, which torch.onnx.export turns on), that case
+    # is refused at run time rather than computed: an exact formula names both sizes twice (sym_ite(a == 1, b, a),
+    # or min(max(a, b), a * b)), so a broadcast of a broadcast doubles the expression, exponentially with depth
+    # (LFM2-MoE's decode never finished converting), and sym_ite's Piecewise grows a sympy ITE torch's range
+    # analysis cannot bound (KeyError: ITE: GPT-Neo's decode). A program refuses the empty-against-one input
+    # loudly; an ONNX model has no run-time checks (validate lists the dropped ones).
+    if not (statically_known_true(size_a >= 1) and statically_known_true(size_b >= 1)):
+        torch._check(
+            sym_or(size_a == size_b, sym_and(size_a >= 1, size_b >= 1)),
+            lambda: f"The exported program broadcasts a size {size_a} against {size_b} as their maximum "
+            f"(dimension {index}): an empty dimension against a 1 is not supported",
+        )
+    return torch.sym_max(size_a, size_b)
 
 
 def infer_size(a, b):
@@ -312,19 +327,18 @@ def _decided_over_opaque_min_max(original, shape_env, expr, ranges, kwargs):
     symbols, instead of becoming a run-time check that refuses a one-token step."""
     import sympy
     from torch.utils._sympy.functions import Max, Min
-    from torch.utils._sympy.value_ranges import bound_sympy
 
-    nodes = sorted(expr.atoms(Min, Max), key=str)
+    nodes = list(expr.atoms(Min, Max))  # their order only names the symbols below, not the verdict
     if not nodes:
         return None
     opaque, opaque_ranges = {}, {}
     for index, node in enumerate(nodes):
-        known = {s: ranges.get(s) for s in node.free_symbols}
-        if any(r is None for r in known.values()):
+        known = _ranges_of(node, ranges)
+        if any(r is None for _, r in known):
             return None
         symbol = sympy.Symbol(f"autopatch_min_max_{index}", integer=True)
         opaque[node] = symbol
-        opaque_ranges[symbol] = bound_sympy(node, known)
+        opaque_ranges[symbol] = _bound(node, known)
     replaced = expr.xreplace(opaque)
     if replaced.atoms(Min, Max):  # a Min/Max nested in a form xreplace did not reach: nothing decided
         return None
@@ -333,13 +347,36 @@ def _decided_over_opaque_min_max(original, shape_env, expr, ranges, kwargs):
     return decided if decided is not None and not decided.free_symbols else None
 
 
+def _ranges_of(node, ranges) -> tuple:
+    """The ranges of ``node``'s own symbols, as a key: (symbol, range or None), by name."""
+    return tuple((s, ranges.get(s)) for s in sorted(node.free_symbols, key=lambda s: s.name))
+
+
+@functools.lru_cache(maxsize=8192)
+def _bound(node, known: tuple):
+    """The range of ``node`` over ``known`` (``_ranges_of``), remembered: see ``_winners_over``."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    return bound_sympy(node, dict(known))
+
+
 def _winners(node, ranges):
     """``node`` (a Min or Max) without the arguments that some other argument beats over the whole ranges."""
+    return _winners_over(node, _ranges_of(node, ranges))
+
+
+@functools.lru_cache(maxsize=8192)
+def _winners_over(node, known: tuple):
+    """``_winners`` for the ranges of ``node``'s own symbols (``known``): the same Min/Max meets the same ranges
+    thousands of times in one export (every guard of a model under backed_size_oblivious, where each dim may be
+    0, names the broadcast dims of every layer), and each try bounds every pair of its arguments."""
     from torch.utils._sympy.functions import Min
     from torch.utils._sympy.value_ranges import bound_sympy
 
+    ranges = {s: r for s, r in known if r is not None}
+
     def beaten(a, b) -> bool:
-        gap = bound_sympy(a - b, {s: ranges.get(s) for s in (a - b).free_symbols if ranges.get(s) is not None})
+        gap = bound_sympy(a - b, {s: ranges[s] for s in (a - b).free_symbols if s in ranges})
         return bool(gap.lower >= 0) if node.func is Min else bool(gap.upper <= 0)
 
     args = list(node.args)
