@@ -74,6 +74,19 @@ ROWS = (
         "differed from eager by up to 0.08. While the thread exports, 0 and 1 in a pattern match only exact "
         "zeros and ones.",
     ),
+    PatchSpec(
+        id="transformers.gemma3n.constant_quantile",
+        family="transformers",
+        trigger="transformers.models.gemma3n.modeling_gemma3n",
+        target="Gemma3nTextMLP._gaussian_topk",
+        mode="route",
+        replacement="autopatch.areas.onnx.constant_quantiles:gaussian_topk",
+        requires=("transformers>=4.53",),
+        fingerprints=("d1406a33fe74",),  # 4.57.6 and 5.23.0
+        reason="Gemma 3n's activation sparsity computes the normal quantile of a config float with "
+        "Normal(0, 1).icdf on a tensor: the program holds erfinv, which ONNX lacks ('No ONNX function found for "
+        "prims.erf_inv'). Under export the quantile is computed in Python and enters as a constant.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -122,5 +135,12 @@ SUMMARIES = (
         'logits differed from eager by up to 0.08 (4.57), and an epsilon before a division turns a zero norm '
         'into NaN. While the thread exports, a pattern constant 0 or 1 matches only an exact 0 or 1; every '
         'other constant keeps its tolerance.',
+    ),
+    (
+        ('transformers.gemma3n.constant_quantile',),
+        "Gemma 3n's activation sparsity keeps activations above `mean + std * q`, `q` the normal quantile of "
+        'a config float, computed with `Normal(0, 1).icdf` on a tensor: the program holds `erfinv`, for which '
+        'ONNX has no operator, so `torch.onnx.export` stopped. Under export `q` is computed in Python and '
+        "enters the graph as a constant of the activations' dtype (eager's float32 value for Gemma 3n's 0.95).",
     ),
 )

@@ -1,0 +1,65 @@
+"""transformers.gemma3n.constant_quantile: Gemma 3n's activation sparsity computes the normal quantile of a config
+float with ``Normal(0, 1).icdf`` on a tensor, so the program holds ``erfinv``, which ONNX lacks. Both halves on
+the MLP of a tiny Gemma 3n's first layer (sparsity 0.95, the class default): without the row torch.onnx.export
+stops at conversion; with it onnxruntime matches eager at other sizes, and the replacement computes what eager
+computes (eager itself never runs it: the row acts only while the thread exports)."""
+
+import pytest
+import torch
+
+import autopatch
+import proving
+from autopatch.models import tiny
+from conftest import needs_onnx, requires
+
+pytestmark = requires("torch>=2.13")  # the torch.onnx rows' range (autopatch.areas.bounds.TORCH_ONNX)
+
+ROW = "transformers.gemma3n.constant_quantile"
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    torch.manual_seed(0)
+    model = tiny.build(tiny.architecture("gemma3n_text", "causal"))
+    first = model.model.layers[0].mlp
+    assert first.activation_sparsity == 0.95  # the config class's own pattern, kept per layer
+    return first
+
+
+def _export(mlp):
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    hidden = torch.randn(2, 3, mlp.hidden_size)
+    return proving.export_onnx(mlp, (hidden,), shapes=({0: batch, 1: seq},))
+
+
+def test_without_the_row_onnx_conversion_stops_at_erfinv(make_agent, mlp):
+    needs_onnx()
+    make_agent(selection=f"all,-{ROW}")
+    with pytest.raises(Exception) as failed:
+        _export(mlp)
+    chain, error = [], failed.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("erf_inv" in text for text in chain), chain[-1][:300]
+
+
+@pytest.mark.parametrize("sizes", [(3, 7), (1, 1)], ids=["3x7", "1x1"])
+def test_with_the_row_onnxruntime_matches_eager(make_agent, mlp, sizes):
+    needs_onnx()
+    make_agent()
+    program = _export(mlp)
+    assert autopatch.last_export_report()["patches"][ROW] >= 1
+    hidden = torch.randn(*sizes, mlp.hidden_size)
+    with torch.no_grad():
+        expected = mlp(hidden)
+    proving.assert_onnx_matches(program(hidden), [expected], rtol=1e-5, atol=1e-6)
+
+
+def test_the_replacement_computes_what_eager_computes(mlp):
+    from autopatch.areas.onnx.constant_quantiles import gaussian_topk
+
+    gate = torch.randn(4, 5, mlp.intermediate_size)
+    kept = gaussian_topk(mlp, gate)
+    assert torch.equal(kept, mlp._gaussian_topk(gate))  # 0.95: bit for bit
+    assert 0 < (kept > 0).float().mean() < 0.2  # the cut-off at work: about 5 % of the activations kept
