@@ -16,9 +16,16 @@ import statistics
 import torch
 
 
+@torch._dynamo.assume_constant_result
+def normal_quantile(probability: float) -> float:
+    """The standard normal quantile. Under strict export Dynamo calls it once and keeps the number (it cannot
+    trace the C function statistics uses)."""
+    return statistics.NormalDist().inv_cdf(probability)
+
+
 def gaussian_topk(self, inputs):
     """Gemma3nTextMLP._gaussian_topk (same signature), the quantile computed in Python."""
-    quantile = statistics.NormalDist().inv_cdf(float(self.activation_sparsity))
+    quantile = normal_quantile(float(self.activation_sparsity))
     std_multiplier = torch.tensor(quantile, dtype=inputs.dtype, device=inputs.device)
     inputs_mean = torch.mean(inputs, dim=-1, keepdim=True)
     inputs_std = torch.std(inputs, dim=-1, keepdim=True, unbiased=False)

@@ -48,6 +48,19 @@ ROWS = (
         "the thread exports.",
     ),
     PatchSpec(
+        id="torch.onnx.complex_unsqueeze",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_complex_unsqueeze",
+        requires=TORCH_ONNX,
+        reason="torch.onnx.export holds complex tensors as their real view and dispatches them only to "
+        "translations written for complex inputs; torchlib has none for unsqueeze, so DeepSeek-V2 and Llama 4, "
+        "whose RoPE multiplies in complex numbers, stopped at conversion. Unsqueeze on the real view, a negative "
+        "dim counted past its last dimension.",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",
@@ -117,6 +130,14 @@ SUMMARIES = (
         'the mean of the values, so the ONNX model of a padded prefill disagreed with eager at the '
         "padding positions (up to 0.5 in the logits). torchlib's own translation, with those rows zeroed; "
         'float masks unchanged (torch does not zero them either). Same wrapper.',
+    ),
+    (
+        ('torch.onnx.complex_unsqueeze',),
+        '`torch.onnx.export` holds a complex tensor as its real view (a last dimension of 2) and sends '
+        'complex inputs only to translations written for them; torchlib has none for `unsqueeze`. '
+        'DeepSeek-V2 and Llama 4 compute RoPE in complex numbers (`torch.polar`, `view_as_complex`) and '
+        'unsqueeze the frequencies, so their conversion stopped. Unsqueeze on the real view, a negative '
+        'dimension counted past its last axis. Same wrapper.',
     ),
     (
         ('transformers.moe.onnx_grouped_mm',),

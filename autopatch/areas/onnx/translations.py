@@ -22,6 +22,11 @@ Rows share one wrapper around ``from_torchlib``; each adds or removes its own en
   has no ``_is_all_true``: every vision-language model stopped there.  Translated as what it computes (all
   elements true; true for an empty tensor); the check itself is gone from the ONNX model, as every run-time
   check is (``autopatch validate`` lists them).
+* ``torch.onnx.complex_unsqueeze``: the converter holds a complex tensor as its real view (a last dimension of 2)
+  and dispatches complex inputs only to translations written for them; torchlib has one for squeeze, none for
+  unsqueeze. DeepSeek-V2 and Llama 4 rotate queries and keys in complex numbers (``torch.polar``,
+  ``view_as_complex``) and unsqueeze the frequencies: "No ONNX function found for aten.unsqueeze ... complex-valued
+  input". Added for complex inputs only; real ones keep torchlib's.
 * ``torch.onnx.sdpa_masked_rows``: torch's ``scaled_dot_product_attention`` answers zeros for a query row whose
   boolean mask hides every key (its safe softmax); torchlib's translation adds the mask as a large negative
   number and answers the mean of the values instead. Every left-padded batch has such rows (the padding tokens'
@@ -41,6 +46,7 @@ from ... import kit
 GROUPED_MM = "transformers.moe.onnx_grouped_mm"
 IS_ALL_TRUE = "torch.onnx.is_all_true"
 SDPA_MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
+COMPLEX_UNSQUEEZE = "torch.onnx.complex_unsqueeze"
 
 #: patch id -> [operator resolver, translation, installs]: the rows installed now; the shared wrapper registers
 #: them all.
@@ -129,6 +135,30 @@ def sdpa_to_onnx(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
     return op.Where(hides_every_key, op.CastLike(op.Constant(value_float=0.0), output), output)
 
 
+def _unsqueeze_op():
+    import torch
+
+    return torch.ops.aten.unsqueeze.default
+
+
+def complex_unsqueeze_to_onnx(self, dim: int):
+    """``aten::unsqueeze`` of a complex tensor, which the converter holds as its real view (a last dimension of 2:
+    real, imaginary): a non-negative ``dim`` is the same axis there; a negative one counts from the end, one
+    further left, past that last dimension."""
+    from onnxscript import opset18 as op
+
+    kit.count_hit(COMPLEX_UNSQUEEZE)
+    return op.Unsqueeze(self, op.Constant(value_ints=[dim if dim >= 0 else dim - 1]))
+
+
+complex_unsqueeze_to_onnx.complex_valued = True  # registered for complex inputs only (register_op's is_complex)
+
+
+def install_complex_unsqueeze(record, owner, name, raw):
+    """Installer of ``torch.onnx.complex_unsqueeze`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(record, _unsqueeze_op, complex_unsqueeze_to_onnx, owner, name, raw)
+
+
 def install_sdpa_masked_rows(record, owner, name, raw):
     """Installer of ``torch.onnx.sdpa_masked_rows`` on ``ONNXRegistry.from_torchlib``."""
     return _install(record, _sdpa_op, sdpa_to_onnx, owner, name, raw)
@@ -183,7 +213,8 @@ def _wrap(owner, name, raw):
             for operator, translation, _ in list(_ACTIVE.values()):
                 target = operator()
                 if target is not None:
-                    registry.register_op(target, translation)
+                    registry.register_op(target, translation,
+                                         is_complex=getattr(translation, "complex_valued", False))
         return registry
 
     from_torchlib.__autopatch_original__ = original
