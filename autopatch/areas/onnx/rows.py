@@ -61,6 +61,30 @@ ROWS = (
         "dim counted past its last dimension.",
     ),
     PatchSpec(
+        id="torch.onnx.searchsorted",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_searchsorted",
+        requires=TORCH_ONNX,
+        reason="torchlib has no translation for searchsorted, which the agent's packed-image rows use to find each "
+        "patch's image (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, Qwen3.5): they exported with torch.export and "
+        "stopped at ONNX conversion. The insertion index as the count of entries below each value.",
+    ),
+    PatchSpec(
+        id="torch.onnx.cummax",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_cummax",
+        requires=TORCH_ONNX,
+        reason="torchlib has no translation for cummax, with which the agent's packed-image rows carry each "
+        "token's image and run start forward (Qwen2-VL's family). The running maximum and its index (the latest "
+        "on ties, as torch) over a lower-triangular mask.",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",
@@ -138,6 +162,19 @@ SUMMARIES = (
         'DeepSeek-V2 and Llama 4 compute RoPE in complex numbers (`torch.polar`, `view_as_complex`) and '
         'unsqueeze the frequencies, so their conversion stopped. Unsqueeze on the real view, a negative '
         'dimension counted past its last axis. Same wrapper.',
+    ),
+    (
+        ('torch.onnx.searchsorted',),
+        'torchlib has no translation for `searchsorted`, with which the agent\'s packed-image rows find each '
+        "patch's image (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, Qwen3.5): those models exported with "
+        'torch.export but stopped at ONNX conversion. Translated as the count of entries below each value '
+        '(every value against every entry: exact for a sorted sequence). Same wrapper.',
+    ),
+    (
+        ('torch.onnx.cummax',),
+        'torchlib has no translation for `cummax` either, with which the same rows carry each token\'s image and '
+        'run start forward. The running maximum and its index (the latest on ties, as torch) over a '
+        'lower-triangular mask. Same wrapper.',
     ),
     (
         ('transformers.moe.onnx_grouped_mm',),

@@ -27,6 +27,12 @@ Rows share one wrapper around ``from_torchlib``; each adds or removes its own en
   unsqueeze. DeepSeek-V2 and Llama 4 rotate queries and keys in complex numbers (``torch.polar``,
   ``view_as_complex``) and unsqueeze the frequencies: "No ONNX function found for aten.unsqueeze ... complex-valued
   input". Added for complex inputs only; real ones keep torchlib's.
+* ``torch.onnx.searchsorted``: torchlib has no ``searchsorted``. The agent's packed-image rows (Qwen2-VL, Qwen2.5-VL,
+  Qwen3-VL, GLM-4V, Qwen3.5) find each patch's image by ``searchsorted`` over the cumulative patch counts, so
+  those models exported with torch.export and stopped at ONNX conversion. Translated as the count of entries
+  below each value (every value against every entry: exact for a sorted sequence, memory values x entries).
+* ``torch.onnx.cummax``: nor ``cummax``, with which the same rows carry each token's image and run start forward.
+  The running maximum and its index (the latest on ties, as torch), every position against every earlier one.
 * ``torch.onnx.sdpa_masked_rows``: torch's ``scaled_dot_product_attention`` answers zeros for a query row whose
   boolean mask hides every key (its safe softmax); torchlib's translation adds the mask as a large negative
   number and answers the mean of the values instead. Every left-padded batch has such rows (the padding tokens'
@@ -47,6 +53,8 @@ GROUPED_MM = "transformers.moe.onnx_grouped_mm"
 IS_ALL_TRUE = "torch.onnx.is_all_true"
 SDPA_MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
 COMPLEX_UNSQUEEZE = "torch.onnx.complex_unsqueeze"
+SEARCHSORTED = "torch.onnx.searchsorted"
+CUMMAX = "torch.onnx.cummax"
 
 #: patch id -> [operator resolver, translation, installs]: the rows installed now; the shared wrapper registers
 #: them all.
@@ -157,6 +165,79 @@ complex_unsqueeze_to_onnx.complex_valued = True  # registered for complex inputs
 def install_complex_unsqueeze(record, owner, name, raw):
     """Installer of ``torch.onnx.complex_unsqueeze`` on ``ONNXRegistry.from_torchlib``."""
     return _install(record, _unsqueeze_op, complex_unsqueeze_to_onnx, owner, name, raw)
+
+
+def _searchsorted_op():
+    import torch
+
+    return torch.ops.aten.searchsorted.Tensor
+
+
+def searchsorted_to_onnx(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
+    """``aten::searchsorted.Tensor``: for each value, how many entries of the sorted sequence (its last axis) lie
+    below it (``<=`` with ``right`` or ``side="right"``, ``<`` otherwise): the insertion index, exactly, for a
+    sorted sequence. A comparison of every value with every entry, summed; a ``sorter`` is refused."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    if sorter is not None:
+        raise ValueError(f"{SEARCHSORTED}: searchsorted with a sorter has no translation here")
+    kit.count_hit(SEARCHSORTED)
+    last = op.Constant(value_ints=[-1])
+    values = op.Unsqueeze(self, last)  # [..., M, 1]
+    entries = sorted_sequence if len(sorted_sequence.shape) == 1 else op.Unsqueeze(
+        sorted_sequence, op.Constant(value_ints=[-2]))  # [N] or [..., 1, N]
+    entries = op.CastLike(entries, values)
+    below = op.LessOrEqual(entries, values) if right or side == "right" else op.Less(entries, values)
+    count = op.ReduceSum(op.Cast(below, to=ir.DataType.INT64), last, keepdims=0)
+    return op.Cast(count, to=ir.DataType.INT32) if out_int32 else count
+
+
+def install_searchsorted(record, owner, name, raw):
+    """Installer of ``torch.onnx.searchsorted`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(record, _searchsorted_op, searchsorted_to_onnx, owner, name, raw)
+
+
+def _cummax_op():
+    import torch
+
+    return torch.ops.aten.cummax.default
+
+
+def cummax_to_onnx(self, dim: int):
+    """``aten::cummax``: along ``dim``, the running maximum and the index where it was taken (the latest on ties,
+    as torch). Every position against every earlier one (a lower-triangular mask), reduced: values x length
+    memory along that axis."""
+    import numpy as np
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    kit.count_hit(CUMMAX)
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self), op.Constant(value_int=0)
+    axis = dim % rank
+    perm = [a for a in range(rank) if a != axis] + [axis]  # the scanned axis last
+    back = [perm.index(a) for a in range(rank)]
+    scanned = op.Transpose(self, perm=perm)  # [..., L]
+    length = op.Squeeze(op.Shape(scanned, start=-1))
+    positions = op.Range(op.Constant(value_int=0), length, op.Constant(value_int=1))  # [L]
+    earlier = op.LessOrEqual(op.Unsqueeze(positions, op.Constant(value_ints=[0])),
+                             op.Unsqueeze(positions, op.Constant(value_ints=[1])))  # [i, j]: j <= i
+    dtype = self.dtype.numpy()
+    lowest = -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+    rows = op.Unsqueeze(scanned, op.Constant(value_ints=[-2]))  # [..., 1, L]: row i sees every x[j]
+    seen = op.Where(earlier, rows, op.CastLike(op.Constant(value=ir.tensor(np.array(lowest, dtype=dtype))), rows))
+    values = op.ReduceMax(seen, op.Constant(value_ints=[-1]), keepdims=0)  # [..., L]
+    at_max = op.And(earlier, op.Equal(rows, op.Unsqueeze(values, op.Constant(value_ints=[-1]))))
+    indices = op.ReduceMax(op.Where(at_max, positions, op.Constant(value_int=-1)), op.Constant(value_ints=[-1]),
+                           keepdims=0)
+    return op.Transpose(values, perm=back), op.Transpose(indices, perm=back)
+
+
+def install_cummax(record, owner, name, raw):
+    """Installer of ``torch.onnx.cummax`` on ``ONNXRegistry.from_torchlib``."""
+    return _install(record, _cummax_op, cummax_to_onnx, owner, name, raw)
 
 
 def install_sdpa_masked_rows(record, owner, name, raw):
