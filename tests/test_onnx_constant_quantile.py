@@ -2,7 +2,8 @@
 float with ``Normal(0, 1).icdf`` on a tensor, so the program holds ``erfinv``, which ONNX lacks. Both halves on
 the MLP of a tiny Gemma 3n's first layer (sparsity 0.95, the class default): without the row torch.onnx.export
 stops at conversion; with it onnxruntime matches eager at other sizes, and the replacement computes what eager
-computes (eager itself never runs it: the row acts only while the thread exports)."""
+computes (eager itself never runs it: the row acts only while the thread exports). Strict export needs it too:
+Dynamo stops inside torch.distributions without it."""
 
 import pytest
 import torch
@@ -65,9 +66,17 @@ def test_the_replacement_computes_what_eager_computes(mlp):
     assert 0 < (kept > 0).float().mean() < 0.2  # the cut-off at work: about 5 % of the activations kept
 
 
+def test_strict_export_stops_in_torch_distributions_without_the_row(make_agent, mlp):
+    """Dynamo does not trace into torch.distributions ("Attempted to call function marked as skipped")."""
+    make_agent(selection=f"all,-{ROW}")
+    with pytest.raises(Exception, match="marked as skipped"):
+        proving.export(mlp, (torch.randn(2, 3, mlp.hidden_size),), strict=True,
+                       shapes=({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")},))
+
+
 def test_strict_export_keeps_the_quantile_as_a_number(make_agent, mlp):
-    """Dynamo cannot trace the C function behind statistics.NormalDist: the row tells it the result is a constant,
-    so strict=True exports too, with no erfinv in the program, and matches eager at another size."""
+    """Nor can it trace the C function behind statistics.NormalDist: the row tells it the result is a constant,
+    so strict=True exports with the row, with no erfinv in the program, and matches eager at another size."""
     make_agent()
     hidden = torch.randn(2, 3, mlp.hidden_size)
     program = proving.export(mlp, (hidden,), shapes=({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")},),

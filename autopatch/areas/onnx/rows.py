@@ -122,7 +122,8 @@ ROWS = (
         fingerprints=("d1406a33fe74",),  # 4.57.6 and 5.23.0
         reason="Gemma 3n's activation sparsity computes the normal quantile of a config float with "
         "Normal(0, 1).icdf on a tensor: the program holds erfinv, which ONNX lacks ('No ONNX function found for "
-        "prims.erf_inv'). Under export the quantile is computed in Python and enters as a constant.",
+        "prims.erf_inv'), and strict export stops inside torch.distributions ('function marked as skipped'). "
+        "Under export the quantile is computed in Python and enters as a constant.",
     ),
 )
 
@@ -198,7 +199,8 @@ SUMMARIES = (
         ('transformers.gemma3n.constant_quantile',),
         "Gemma 3n's activation sparsity keeps activations above `mean + std * q`, `q` the normal quantile of "
         'a config float, computed with `Normal(0, 1).icdf` on a tensor: the program holds `erfinv`, for which '
-        'ONNX has no operator, so `torch.onnx.export` stopped. Under export `q` is computed in Python and '
-        "enters the graph as a constant of the activations' dtype (eager's float32 value for Gemma 3n's 0.95).",
+        'ONNX has no operator, so `torch.onnx.export` stopped, and `strict=True` stopped inside '
+        '`torch.distributions`. Under export `q` is computed in Python and enters the graph as a constant of '
+        "the activations' dtype (eager's float32 value for Gemma 3n's 0.95).",
     ),
 )
