@@ -74,6 +74,18 @@ def export_onnx(model, traced: dict | tuple, other: dict | tuple | None = None, 
                                  **options)
 
 
+def assert_conversion_stops_at(export, operator: str) -> None:
+    """``export()`` (a torch.onnx.export) fails, and some error of its chain (torch.onnx wraps what stopped it)
+    names ``operator``: the conversion stopped where a row's translation or rewrite is missing."""
+    with pytest.raises(Exception) as failed:
+        export()
+    chain, error = [], failed.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any(operator in text for text in chain), chain[-1][:300]
+
+
 def assert_onnx_matches(got, expected, **tolerance) -> None:
     """onnxruntime's outputs (a flat list) against eager's, every leaf in the order the active registrations
     flatten it: as many, each close."""
