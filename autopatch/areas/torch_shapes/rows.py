@@ -239,8 +239,10 @@ SUMMARIES = (
         ('torch.broadcast.infer_size',),
         '`x + y` with independent dynamic dims traced at equal sizes: torch decides "equal" from the '
         'traced sizes and merges the two dims, so the program rejects `(1, 3) + (4, 3)`. Keeps both: '
-        '`Max(a, b)` plus a deferred "equal or 1" check. Data-dependent sizes (which have no traced '
-        "value) keep torch's own rule.",
+        '`Max(a, b)` plus a deferred "equal or 1" check. Where a size may be 0 (every dim under '
+        "`torch.onnx.export`, which sets `backed_size_oblivious`), a second check refuses an empty dim "
+        'against a 1, the one case the max gets wrong: the program refuses it, the ONNX model (no checks) '
+        "does not. Data-dependent sizes (which have no traced value) keep torch's own rule.",
     ),
     (
         ('torch.broadcast.fast_binary',),
