@@ -75,6 +75,18 @@ def _grouped_mm_op():
         return None
 
 
+def _aten(name: str, overload: str = "default"):
+    """The resolver of ``torch.ops.aten.<name>.<overload>``, looked up when a registry is built (as
+    ``_grouped_mm_op`` is: torch is imported by then, never when this module loads)."""
+
+    def resolve():
+        import torch
+
+        return getattr(getattr(torch.ops.aten, name), overload)
+
+    return resolve
+
+
 def grouped_mm_to_onnx(input, weight, offs):
     """The ONNX graph of ``transformers::grouped_mm_fallback`` (traced by onnxscript at translation time)."""
     from onnxscript import ir
@@ -102,12 +114,6 @@ def grouped_mm_to_onnx(input, weight, offs):
     return op.Concat(*pieces, axis=0)
 
 
-def _is_all_true_op():
-    import torch
-
-    return torch.ops.aten._is_all_true.default
-
-
 def is_all_true_to_onnx(self):
     """``aten::_is_all_true``: a bool scalar, whether every element is true (an empty tensor: true, as ReduceMin
     of nothing is its identity, the largest value)."""
@@ -117,12 +123,6 @@ def is_all_true_to_onnx(self):
     kit.count_hit(IS_ALL_TRUE)
     as_int = op.Cast(self, to=ir.DataType.INT32)
     return op.Cast(op.ReduceMin(op.Reshape(as_int, op.Constant(value_ints=[-1])), keepdims=0), to=ir.DataType.BOOL)
-
-
-def _sdpa_op():
-    import torch
-
-    return torch.ops.aten.scaled_dot_product_attention.default
 
 
 def sdpa_to_onnx(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -143,12 +143,6 @@ def sdpa_to_onnx(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
     return op.Where(hides_every_key, op.CastLike(op.Constant(value_float=0.0), output), output)
 
 
-def _unsqueeze_op():
-    import torch
-
-    return torch.ops.aten.unsqueeze.default
-
-
 def complex_unsqueeze_to_onnx(self, dim: int):
     """``aten::unsqueeze`` of a complex tensor, which the converter holds as its real view (a last dimension of 2:
     real, imaginary): a non-negative ``dim`` is the same axis there; a negative one counts from the end, one
@@ -164,13 +158,7 @@ complex_unsqueeze_to_onnx.complex_valued = True  # registered for complex inputs
 
 def install_complex_unsqueeze(record, owner, name, raw):
     """Installer of ``torch.onnx.complex_unsqueeze`` on ``ONNXRegistry.from_torchlib``."""
-    return _install(record, _unsqueeze_op, complex_unsqueeze_to_onnx, owner, name, raw)
-
-
-def _searchsorted_op():
-    import torch
-
-    return torch.ops.aten.searchsorted.Tensor
+    return _install(record, _aten("unsqueeze"), complex_unsqueeze_to_onnx, owner, name, raw)
 
 
 def searchsorted_to_onnx(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
@@ -195,13 +183,7 @@ def searchsorted_to_onnx(sorted_sequence, self, out_int32=False, right=False, si
 
 def install_searchsorted(record, owner, name, raw):
     """Installer of ``torch.onnx.searchsorted`` on ``ONNXRegistry.from_torchlib``."""
-    return _install(record, _searchsorted_op, searchsorted_to_onnx, owner, name, raw)
-
-
-def _cummax_op():
-    import torch
-
-    return torch.ops.aten.cummax.default
+    return _install(record, _aten("searchsorted", "Tensor"), searchsorted_to_onnx, owner, name, raw)
 
 
 def cummax_to_onnx(self, dim: int):
@@ -237,12 +219,12 @@ def cummax_to_onnx(self, dim: int):
 
 def install_cummax(record, owner, name, raw):
     """Installer of ``torch.onnx.cummax`` on ``ONNXRegistry.from_torchlib``."""
-    return _install(record, _cummax_op, cummax_to_onnx, owner, name, raw)
+    return _install(record, _aten("cummax"), cummax_to_onnx, owner, name, raw)
 
 
 def install_sdpa_masked_rows(record, owner, name, raw):
     """Installer of ``torch.onnx.sdpa_masked_rows`` on ``ONNXRegistry.from_torchlib``."""
-    return _install(record, _sdpa_op, sdpa_to_onnx, owner, name, raw)
+    return _install(record, _aten("scaled_dot_product_attention"), sdpa_to_onnx, owner, name, raw)
 
 
 def install_onnx_grouped_mm(record, owner, name, raw):
@@ -252,7 +234,7 @@ def install_onnx_grouped_mm(record, owner, name, raw):
 
 def install_is_all_true(record, owner, name, raw):
     """Installer of ``torch.onnx.is_all_true`` on ``ONNXRegistry.from_torchlib``."""
-    return _install(record, _is_all_true_op, is_all_true_to_onnx, owner, name, raw)
+    return _install(record, _aten("_is_all_true"), is_all_true_to_onnx, owner, name, raw)
 
 
 def _install(record, operator, translation, owner, name, raw):
