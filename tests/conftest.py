@@ -95,6 +95,25 @@ def requires(requirement: str):
     return pytest.mark.requires(requirement)
 
 
+@pytest.fixture
+def onnx_extra():
+    """``needs_onnx`` as a fixture, for a whole module (``ONNX_ROWS``)."""
+    needs_onnx()
+
+
+def _onnx_rows_marks() -> list:
+    from autopatch.areas.bounds import TORCH_ONNX  # torch-free
+
+    # The torch.onnx rows are measured on torch 2.13 to 2.15; 2.9's exporter is another one, and the rows are
+    # not installed there.
+    return [*(requires(bound) for bound in TORCH_ONNX), pytest.mark.usefixtures("onnx_extra")]
+
+
+#: ``pytestmark`` of a module proving torch.onnx rows: torch in the rows' range (autopatch.areas.bounds.TORCH_ONNX)
+#: and the onnx extra installed.
+ONNX_ROWS = _onnx_rows_marks()
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "requires(requirement): run only where the installed distribution satisfies the PEP 508 "

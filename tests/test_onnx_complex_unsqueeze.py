@@ -11,16 +11,11 @@ import autopatch
 import proving
 from autopatch import onnx_inputs
 from autopatch.models import tiny
-from conftest import needs_onnx, requires
+from conftest import ONNX_ROWS
 
-pytestmark = requires("torch>=2.13")  # the torch.onnx rows' range (autopatch.areas.bounds.TORCH_ONNX)
+pytestmark = ONNX_ROWS
 
 ROW = "torch.onnx.complex_unsqueeze"
-
-
-@pytest.fixture(autouse=True)
-def _onnx():
-    needs_onnx()
 
 
 class ComplexRotation(torch.nn.Module):

@@ -10,16 +10,11 @@ import torch
 import autopatch
 import proving
 from autopatch import onnx_inputs
-from conftest import needs_onnx, requires
+from conftest import ONNX_ROWS, requires
 
-pytestmark = requires("torch>=2.13")  # the torch.onnx rows' range (autopatch.areas.bounds.TORCH_ONNX)
+pytestmark = ONNX_ROWS
 
 ROW = "torch.onnx.exact_identity_constants"
-
-
-@pytest.fixture(autouse=True)
-def _onnx():
-    needs_onnx()
 
 
 class NearIdentities(torch.nn.Module):

@@ -4,25 +4,17 @@ are kept; without the row, torch's node names (linear_14, cat_3...)."""
 
 import copy
 
-import pytest
 import torch
 
 import autopatch
 import proving
 from autopatch.models import builders, handmade
-from conftest import needs_onnx, requires
+from conftest import ONNX_ROWS
 
-# The torch.onnx rows these tests prove are measured on torch 2.13 to 2.15 (autopatch.areas.bounds.TORCH_ONNX); 2.9's exporter
-# is another one, and the rows are not installed there.
-pytestmark = requires("torch>=2.13")
+pytestmark = ONNX_ROWS
 
 ROW = "torch.onnx.output_names_from_paths"
 CACHE = ["key_cache_0", "key_cache_1", "value_cache_0", "value_cache_1"]
-
-
-@pytest.fixture(autouse=True)
-def _onnx():
-    needs_onnx()
 
 
 def _llama_step():

@@ -10,17 +10,12 @@ import torch
 import autopatch
 import proving
 from autopatch import onnx_inputs
-from conftest import needs_onnx, requires
+from conftest import ONNX_ROWS, requires
 
-pytestmark = requires("torch>=2.13")  # the torch.onnx rows' range (autopatch.areas.bounds.TORCH_ONNX)
+pytestmark = ONNX_ROWS
 
 ROW = "torch.onnx.searchsorted"
 CUMMAX = "torch.onnx.cummax"
-
-
-@pytest.fixture(autouse=True)
-def _onnx():
-    needs_onnx()
 
 
 class Locate(torch.nn.Module):

@@ -15,19 +15,12 @@ import torch
 import autopatch
 import proving
 from autopatch.errors import causes
-from conftest import REPO, clean_env, needs_onnx, requires
+from conftest import ONNX_ROWS, REPO, clean_env, requires
 
-# The torch.onnx rows these tests prove are measured on torch 2.13 to 2.15 (autopatch.areas.bounds.TORCH_ONNX); 2.9's exporter
-# is another one, and the rows are not installed there.
-pytestmark = requires("torch>=2.13")
+pytestmark = ONNX_ROWS
 
 ROW = "torch.onnx.is_all_true"
 MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
-
-
-@pytest.fixture(autouse=True)
-def _onnx():
-    needs_onnx()
 
 
 class AllPositive(torch.nn.Module):
