@@ -16,11 +16,16 @@ import statistics
 import torch
 
 
-@torch._dynamo.assume_constant_result
 def normal_quantile(probability: float) -> float:
     """The standard normal quantile. Under strict export Dynamo calls it once and keeps the number (it cannot
     trace the C function statistics uses)."""
     return statistics.NormalDist().inv_cdf(probability)
+
+
+# What torch._dynamo.assume_constant_result sets, set here so that loading this module (when Gemma 3n's modeling
+# module is imported) does not import torch._dynamo: autopatch.scope says why, tests/test_scope.py keeps the two
+# in step.
+normal_quantile._dynamo_marked_constant = True
 
 
 def gaussian_topk(self, inputs):
