@@ -85,6 +85,20 @@ ROWS = (
         "on ties, as torch) over a lower-triangular mask.",
     ),
     PatchSpec(
+        id="torch.onnx.rsub_of_a_number",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._decomp",
+        target="create_onnx_friendly_decomposition_table",
+        mode="install",
+        replacement="autopatch.areas.onnx.decompositions:install_rsub_of_a_number",
+        requires=TORCH_ONNX,
+        reason="torch decomposes `1.0 - mask` (rsub) into sub(1.0, mask), a number where sub wants a tensor; for "
+        "an integer mask torch.onnx's type-promotion pass then finds no overload of sub ('Cannot find a "
+        "compatible OpOverload for aten.sub'): XLNet and Mllama, given the tokenizer's int64 masks, stopped at "
+        "ONNX conversion. While the thread exports, that case (a number minus a tensor cast to another dtype) "
+        "decomposes as other + (-self), self cast first: the same value bit for bit.",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",
@@ -176,6 +190,16 @@ SUMMARIES = (
         'torchlib has no translation for `cummax` either, with which the same rows carry each token\'s image and '
         'run start forward. The running maximum and its index (the latest on ties, as torch) over a '
         'lower-triangular mask. Same wrapper.',
+    ),
+    (
+        ('torch.onnx.rsub_of_a_number',),
+        "torch decomposes `1.0 - mask` (`rsub`) into `sub(1.0, mask)`: a number where `sub`'s schema wants a "
+        "tensor. For an integer mask, `torch.onnx.export`'s type-promotion pass casts it and then finds no "
+        'overload of `sub` for a number first ("Cannot find a compatible OpOverload for aten.sub"): XLNet and '
+        "Mllama, given the tokenizer's int64 masks, exported with torch.export and stopped at ONNX conversion. "
+        'While the thread exports, that case (a number minus a tensor that must be cast) decomposes as '
+        '`other + (-self)` with `self` cast to the result dtype first: the same value bit for bit; every other '
+        "`rsub` keeps torch's decomposition.",
     ),
     (
         ('transformers.moe.onnx_grouped_mm',),
