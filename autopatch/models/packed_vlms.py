@@ -1,7 +1,8 @@
 """Tiny Qwen2-VL-family VLMs, whose images are packed into one patch sequence, and their prefill inputs: one
 definition for the tests and any tool that builds them.
 
-    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them
+    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and five
+               models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR
     NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
 
 An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
@@ -18,7 +19,8 @@ IMAGE, VIDEO, VISION_START = 120, 121, 122
 MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
 
-NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5")
+NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
+           "glm4v_moe", "glm_ocr")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -37,6 +39,16 @@ OTHER_TOWER = {**TOWER, "hidden_size": 32, "intermediate_size": 64, "out_hidden_
 QWEN2_5_TOWER = {**OTHER_TOWER, "window_size": 16, "fullatt_block_indexes": [1], "tokens_per_second": 2}
 # Qwen3-VL: a 4x4 learned position grid resampled per image, one deepstack layer.
 QWEN3_TOWER = {**OTHER_TOWER, "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}
+# Qwen3.5's text model: a linear-attention and a full-attention layer, half the head dims rotating.
+QWEN3_5_TEXT = {**TEXT, "head_dim": 16, "layer_types": ["linear_attention", "full_attention"],
+                "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                "rope_parameters": {**MROPE, "mrope_section": [2, 1, 1], "mrope_interleaved": True,
+                                    "partial_rotary_factor": 0.5}}
+# GLM-4V's text RoPE: half the head dims rotate (its class default), over time, rows and columns (2, 1, 1).
+GLM_ROPE = {**MROPE, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}
+# The MoE variants' experts: 4, 2 per token, in every layer.
+EXPERTS = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 
 
 def _config(name):
@@ -60,19 +72,38 @@ def _config(name):
                                bos_token_id=0, eos_token_id=1, pad_token_id=0)
     if name == "glm4v":  # a 4x4 learned position table resampled per image; half the head dims rotate
         return t.Glm4vConfig(
-            vision_config={**OTHER_TOWER, "image_size": 16},
-            text_config={**TEXT, "rope_parameters": {**MROPE, "mrope_section": [2, 1, 1],
-                                                     "partial_rotary_factor": 0.5}},
+            vision_config={**OTHER_TOWER, "image_size": 16}, text_config={**TEXT, "rope_parameters": GLM_ROPE},
             image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
     if name == "qwen3_5":  # a 4x4 learned position grid; text: a linear-attention and a full-attention layer
         return t.Qwen3_5Config(
-            vision_config={**OTHER_TOWER, "num_position_embeddings": 16},
-            text_config={**TEXT, "head_dim": 16, "layer_types": ["linear_attention", "full_attention"],
-                         "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
-                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                         "rope_parameters": {**MROPE, "mrope_section": [2, 1, 1], "mrope_interleaved": True,
-                                             "partial_rotary_factor": 0.5}},
+            vision_config={**OTHER_TOWER, "num_position_embeddings": 16}, text_config=QWEN3_5_TEXT,
             image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
+    if name == "glm4v_moe":  # GLM-4V's; the class's first layer dense, then 4 routed experts and a shared one
+        return t.Glm4vMoeConfig(
+            vision_config={**OTHER_TOWER, "image_size": 16},
+            text_config={**TEXT, "rope_parameters": GLM_ROPE, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                         "moe_intermediate_size": 32, "n_shared_experts": 1},
+            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
+    if name == "glm_ocr":  # GLM-4V's tower with query and key norms; every head dim rotates (its class default)
+        return t.GlmOcrConfig(
+            vision_config={**OTHER_TOWER, "image_size": 16}, text_config={**TEXT, "rope_parameters": MROPE},
+            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
+    if name == "qwen3_5_moe":  # Qwen3.5's, with 4 experts (2 per token) and a shared one in each layer
+        return t.Qwen3_5MoeConfig(
+            vision_config={**OTHER_TOWER, "num_position_embeddings": 16},
+            text_config={**QWEN3_5_TEXT, **EXPERTS, "shared_expert_intermediate_size": 32},
+            image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
+    if name == "qwen3_vl_moe":
+        return t.Qwen3VLMoeConfig(
+            vision_config=QWEN3_TOWER,
+            text_config={**TEXT, **EXPERTS, "head_dim": 16, "rope_parameters": {**MROPE, "mrope_interleaved": True}},
+            **TOKENS)
+    if name == "cohere_compass":  # Qwen3-VL's tower; a Cohere text model, its RoPE given per layer type
+        return t.CohereCompassConfig(
+            vision_config=QWEN3_TOWER,
+            text_config={**TEXT, "layer_types": ["full_attention"] * 2, "rope_parameters": {"full_attention": MROPE},
+                         "bos_token_id": 0, "eos_token_id": 1},
+            **TOKENS)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -85,7 +116,10 @@ def _config(name):
 
 MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
                "qwen3_vl": "Qwen3VLForConditionalGeneration", "glm4v": "Glm4vForConditionalGeneration",
-               "qwen3_5": "Qwen3_5ForConditionalGeneration"}
+               "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+               "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+               "cohere_compass": "CohereCompassForConditionalGeneration",
+               "glm4v_moe": "Glm4vMoeForConditionalGeneration", "glm_ocr": "GlmOcrForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -133,7 +167,7 @@ def others(name):
     """The sets a program is run at: other numbers of images, grids (a two-frame image, unequal rows), batches
     and text lengths. GLM-4V's have one frame per image, as its processor makes them (its tower's position
     resampling reads the grid of each frame's index, so a two-frame image is misread in eager too)."""
-    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name == "glm4v" else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
+    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name.startswith("glm") else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
     return [for_model(name, prefill(first, text_len=7, seed=1)), for_model(name, prefill([(1, 6, 6)], 3, seed=2))]
 
 

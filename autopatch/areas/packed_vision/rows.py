@@ -8,24 +8,37 @@ from ...spec import PatchSpec, table_row
 
 #: 5.23 VLMs that pack all images' patches into one sequence (Qwen2-VL's tower), each exported by a test. Their
 #: vision attention and get_placeholder_mask share one source (fingerprints in the rows); each model module binds
-#: vision_utils.get_vision_position_ids by name. Columns: model, vision attention class, model class,
-#: get_image_features (fingerprint, rewriter), get_rope_index (fingerprint, replacement).
-PackedModel = table_row("PackedModel", ("model", "attention", "owner", "features_fingerprint", "features_rewriter",
-                                        "rope_fingerprint", "rope_index"))
+#: vision_utils.get_vision_position_ids by name. Columns: model, vision attention class and its forward's
+#: fingerprint, model class, get_image_features (fingerprint, rewriter), get_rope_index (fingerprint, replacement).
+PackedModel = table_row("PackedModel", ("model", "attention", "attention_fingerprint", "owner",
+                                        "features_fingerprint", "features_rewriter", "rope_fingerprint", "rope_index"))
 PACKED_VISION_MODELS = (
-    PackedModel("qwen2_vl", "VisionAttention", "Qwen2VLModel", "54bb4440fb12", "packed_image_features",
-                "31c7fed95e71", "qwen2_vl_rope_index"),
-    PackedModel("qwen2_5_vl", "Qwen2_5_VLVisionAttention", "Qwen2_5_VLModel", "54bb4440fb12", "packed_image_features",
-                "a52a842c5d34", "qwen2_5_vl_rope_index"),
-    PackedModel("qwen3_vl", "Qwen3VLVisionAttention", "Qwen3VLModel", "cf364b3e5fa9", "packed_deepstack_image_features",
-                "b3d7f47d79df", "qwen3_vl_rope_index"),
+    PackedModel("qwen2_vl", "VisionAttention", "b918fa098915", "Qwen2VLModel",
+                "54bb4440fb12", "packed_image_features", "31c7fed95e71", "qwen2_vl_rope_index"),
+    PackedModel("qwen2_5_vl", "Qwen2_5_VLVisionAttention", "b918fa098915", "Qwen2_5_VLModel",
+                "54bb4440fb12", "packed_image_features", "a52a842c5d34", "qwen2_5_vl_rope_index"),
+    PackedModel("qwen3_vl", "Qwen3VLVisionAttention", "b918fa098915", "Qwen3VLModel",
+                "cf364b3e5fa9", "packed_deepstack_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
     # GLM-4V: Qwen2-VL's feature split, Qwen3-VL's rope index (the same code under its own docstring).
-    PackedModel("glm4v", "Glm4vVisionAttention", "Glm4vModel", "54bb4440fb12", "packed_image_features",
-                "2791d473e5f4", "qwen3_vl_rope_index"),
+    PackedModel("glm4v", "Glm4vVisionAttention", "b918fa098915", "Glm4vModel",
+                "54bb4440fb12", "packed_image_features", "2791d473e5f4", "qwen3_vl_rope_index"),
     # Qwen3.5: Qwen3-VL's tower without deepstack (Qwen2-VL's feature split) and rope index; its text model's
     # linear-attention layers need transformers.qwen3_5.gated_delta_scan too.
-    PackedModel("qwen3_5", "Qwen3_5VisionAttention", "Qwen3_5Model", "54bb4440fb12", "packed_image_features",
-                "b3d7f47d79df", "qwen3_vl_rope_index"),
+    PackedModel("qwen3_5", "Qwen3_5VisionAttention", "b918fa098915", "Qwen3_5Model",
+                "54bb4440fb12", "packed_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
+    # Qwen3-VL's and Qwen3.5's sources under other names: the MoE variants and Cohere's Compass (Qwen3-VL's).
+    PackedModel("qwen3_vl_moe", "Qwen3VLMoeVisionAttention", "b918fa098915", "Qwen3VLMoeModel",
+                "cf364b3e5fa9", "packed_deepstack_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
+    PackedModel("qwen3_5_moe", "Qwen3_5MoeVisionAttention", "b918fa098915", "Qwen3_5MoeModel",
+                "54bb4440fb12", "packed_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
+    PackedModel("cohere_compass", "CohereCompassVisionAttention", "b918fa098915", "CohereCompassModel",
+                "cf364b3e5fa9", "packed_deepstack_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
+    # GLM-4V's under other names: GLM-4V-MoE (its rope index under its own docstring), GLM-OCR (the attention with
+    # query and key norms added before the rotary embedding: the rewritten statements are the same).
+    PackedModel("glm4v_moe", "Glm4vMoeVisionAttention", "b918fa098915", "Glm4vMoeModel",
+                "54bb4440fb12", "packed_image_features", "cda3a21e4b44", "qwen3_vl_rope_index"),
+    PackedModel("glm_ocr", "GlmOcrVisionAttention", "71b4a9b79b30", "GlmOcrModel",
+                "54bb4440fb12", "packed_image_features", "2bc00e54b291", "qwen3_vl_rope_index"),
 )
 
 #: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
@@ -34,7 +47,13 @@ PACKED_VISION_REQUIRES = ("transformers>=5.13", "torch>=2.9")
 #: Of those, the models whose strict export fixes the image size while formatting get_placeholder_mask's message
 #: (measured: Qwen2.5-VL's strict program takes other images without the row, so it has none), with the
 #: fingerprint of that method (GLM-4V's differs only in its video mask, which reads the image token).
-PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392"}
+PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392",
+                            "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
+                            "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392"}
+
+#: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
+#: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
+INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -60,7 +79,7 @@ PACKED_CORE_4X = ("rot_pos_emb_4x", "attention_packed_4x", "image_features_packe
 
 
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
-    text_model = ("transformers.qwen3_5.gated_delta_scan",) if model == "qwen3_5" else ()
+    text_model = (f"transformers.{model}.gated_delta_scan",) if model in ("qwen3_5", "qwen3_5_moe") else ()
     return tuple(f"transformers.vision.{model}_{name}" for name in core if name != own) + text_model
 
 
@@ -68,8 +87,8 @@ ROWS = (
     # 5.23 VLMs that pack every image's patches into one sequence (Qwen2-VL and its kin).
     *(
         spec
-        for model, attention, owner, features_fingerprint, features_rewriter, rope_fingerprint, rope_index
-        in PACKED_VISION_MODELS
+        for (model, attention, attention_fingerprint, owner, features_fingerprint, features_rewriter, rope_fingerprint,
+             rope_index) in PACKED_VISION_MODELS
         for spec in (
             PatchSpec(
                 id=f"transformers.vision.{model}_patch_positions_packed",
@@ -93,7 +112,7 @@ ROWS = (
                 mode="rewrite",
                 replacement="autopatch.areas.packed_vision.packed:packed_attention_one_call",
                 requires=PACKED_VISION_REQUIRES,
-                fingerprints=("b918fa098915",),
+                fingerprints=(attention_fingerprint,),
                 needs=_companions(model, "attention_packed"),
                 reason=f"{attention}.forward (eager and sdpa) splits q/k/v per frame with lengths.tolist() and "
                 "attends chunk by chunk (guard Eq(u0, 0)). Rewritten from the source: one attention call with a "
@@ -144,7 +163,7 @@ ROWS = (
             "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
             "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
         )
-        for model, _, owner, *_ in PACKED_VISION_MODELS
+        for model, _, _, owner, *_ in PACKED_VISION_MODELS
         if model in PLACEHOLDER_CHECK_STRICT
     ),
     # 4.57's Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the same problems in 4.x sources (the rope index by 4.x's rules).
@@ -231,7 +250,7 @@ ROWS = (
             "one shorter than the number of images: torch fixes that number doing so (guard Eq(images - 1, 1)). "
             "Rewritten from the source: the same exclusive cumulative sum as cumsum - counts.",
         )
-        for model in ("qwen3_vl", "qwen3_5")  # Qwen3.5's tower is Qwen3-VL's without deepstack
+        for model in INTERPOLATION_MODELS
     ),
 )
 
@@ -242,14 +261,19 @@ SUMMARIES = (
         (
             'transformers.vision.qwen2_vl_*_packed', 'transformers.vision.qwen2_5_vl_*_packed',
             'transformers.vision.qwen3_vl_*_packed', 'transformers.vision.glm4v_*_packed',
-            'transformers.vision.qwen3_5_*_packed', 'transformers.vision.qwen2_vl_rope_index',
-            'transformers.vision.qwen2_5_vl_rope_index', 'transformers.vision.qwen3_vl_rope_index',
-            'transformers.vision.glm4v_rope_index', 'transformers.vision.qwen3_5_rope_index',
+            'transformers.vision.qwen3_5_*_packed', 'transformers.vision.qwen3_vl_moe_*_packed',
+            'transformers.vision.qwen3_5_moe_*_packed', 'transformers.vision.cohere_compass_*_packed',
+            'transformers.vision.qwen2_vl_rope_index', 'transformers.vision.qwen2_5_vl_rope_index',
+            'transformers.vision.qwen3_vl_rope_index', 'transformers.vision.glm4v_rope_index',
+            'transformers.vision.qwen3_5_rope_index', 'transformers.vision.qwen3_vl_moe_rope_index',
+            'transformers.vision.qwen3_5_moe_rope_index', 'transformers.vision.cohere_compass_rope_index',
             'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
             'transformers.vision.qwen3_vl_*_4x',
         ),
         "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
-        "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), "
+        "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), and "
+        "three models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
+        "Qwen3.5's, with `transformers.qwen3_5_moe.gated_delta_scan`), "
         'whose images are packed into one patch sequence: upstream reads `image_grid_thw` and '
         '`mm_token_type_ids` in Python (rotary positions per image: `_patch_positions_packed`; attention '
         'chunk by chunk per frame: `_attention_packed`; the features split per image: '
@@ -260,11 +284,11 @@ SUMMARIES = (
         'values by tensor arithmetic over all patches and tokens (one attention call with a '
         'block-diagonal mask). The number of images, their grids, the batch and the text length stay '
         'dynamic; give `pixel_values` a `4 * Dim(...)` size (four patches merge into one token). Strict '
-        'export of Qwen2-VL, Qwen3-VL and GLM-4V also needs `_placeholder_check_packed`: Dynamo fixes the '
+        'export of all but Qwen2.5-VL also needs `_placeholder_check_packed`: Dynamo fixes the '
         "image size while formatting a check's message, and does not say so. The attention and "
-        'placeholder sources are shared by a dozen 5.23 VLMs (Qwen3.5-MoE...); only the five tested '
-        'models have rows. On 4.57 each of the three has `_4x` rows for the same problems in its own '
-        'sources (rotary positions and a frequency table as long as the largest grid side, the per-frame '
+        'placeholder sources are shared by other 5.23 VLMs (GLM-4V-MoE, GLM-OCR, PaddleOCR-VL...) whose rope '
+        'index or tower differ: they have no rows. On 4.57 each of the three has `_4x` rows for the same '
+        'problems in its own sources (rotary positions and a frequency table as long as the largest grid side, the per-frame '
         'attention, the feature split, a Python `if` on the placeholder count, and the rope index, '
         "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
         "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
