@@ -1,11 +1,13 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
-prefills (5.23), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed into one patch
+prefills (5.23) and five models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
+GLM-OCR), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed into one patch
 sequence, exported with the number of images, their sizes, the batch and the text length all dynamic.
 
 Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
 chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
 per image, Qwen3-VL pads a tensor sized by the image count, 4.57 checks the placeholder count in a Python if).
-Each row is needed (the export fails with any one left out); with all of them the program matches eager on
+Each row is needed (the export fails with any one left out; for a model made of another's very sources, without
+its rows, the fingerprints showing they are the same); with all of them the program matches eager on
 batches with other images, grids and lengths, in both export modes, and eager is unchanged. The models and their
 inputs are autopatch.models.packed_vlms'."""
 
@@ -81,12 +83,27 @@ def packed_case(model, rows, beside=("pytree",), strict=False):
                  shapes=lambda _: packed_vlms.dynamic_shapes(model), tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
+#: Models whose every row patches the very source (same fingerprints) of a model proven row by row: each row's
+#: need is that model's; their own test shows the export fails without their rows, and checks the fingerprints.
+SAME_SOURCES = {"qwen3_vl_moe": "qwen3_vl", "qwen3_5_moe": "qwen3_5", "cohere_compass": "qwen3_vl"}
+
+
 @pytest.mark.parametrize("model, left_out", [
     pytest.param(p.values[0], row, marks=p.marks, id=f"{p.values[0]}-{row.rsplit('.', 1)[1]}")
-    for p in MODELS for row in _rows(p.values[0])])
+    for p in MODELS if p.values[0] not in SAME_SOURCES for row in _rows(p.values[0])])
 def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
     others = tuple(row for row in _rows(model) if row != left_out)
     proving.fails_without(packed_case(model, (left_out,), beside=("pytree", *others)), make_agent)
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in SAME_SOURCES])
+def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
+    """Row by row, the same fingerprints as the rows of the model they copy (whose rows the test above leaves out
+    one at a time); and without any of them the export fails."""
+    model_rows, proven_rows = _rows(model), _rows(SAME_SOURCES[model])
+    specs = {spec.id: spec for spec in registry.PATCHES}
+    assert [specs[row].fingerprints for row in model_rows] == [specs[row].fingerprints for row in proven_rows]
+    proving.fails_without(packed_case(model, model_rows), make_agent)
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT])
