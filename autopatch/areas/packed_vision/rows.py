@@ -263,17 +263,20 @@ SUMMARIES = (
             'transformers.vision.qwen3_vl_*_packed', 'transformers.vision.glm4v_*_packed',
             'transformers.vision.qwen3_5_*_packed', 'transformers.vision.qwen3_vl_moe_*_packed',
             'transformers.vision.qwen3_5_moe_*_packed', 'transformers.vision.cohere_compass_*_packed',
+            'transformers.vision.glm4v_moe_*_packed', 'transformers.vision.glm_ocr_*_packed',
             'transformers.vision.qwen2_vl_rope_index', 'transformers.vision.qwen2_5_vl_rope_index',
             'transformers.vision.qwen3_vl_rope_index', 'transformers.vision.glm4v_rope_index',
             'transformers.vision.qwen3_5_rope_index', 'transformers.vision.qwen3_vl_moe_rope_index',
             'transformers.vision.qwen3_5_moe_rope_index', 'transformers.vision.cohere_compass_rope_index',
+            'transformers.vision.glm4v_moe_rope_index', 'transformers.vision.glm_ocr_rope_index',
             'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
             'transformers.vision.qwen3_vl_*_4x',
         ),
         "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
         "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), and "
-        "three models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
-        "Qwen3.5's, with `transformers.qwen3_5_moe.gated_delta_scan`), "
+        "five models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
+        "Qwen3.5's, with `transformers.qwen3_5_moe.gated_delta_scan`; GLM-4V-MoE and GLM-OCR: GLM-4V's, "
+        "GLM-OCR's attention with query and key norms added), "
         'whose images are packed into one patch sequence: upstream reads `image_grid_thw` and '
         '`mm_token_type_ids` in Python (rotary positions per image: `_patch_positions_packed`; attention '
         'chunk by chunk per frame: `_attention_packed`; the features split per image: '
@@ -286,10 +289,11 @@ SUMMARIES = (
         'dynamic; give `pixel_values` a `4 * Dim(...)` size (four patches merge into one token). Strict '
         'export of all but Qwen2.5-VL also needs `_placeholder_check_packed`: Dynamo fixes the '
         "image size while formatting a check's message, and does not say so. The attention and "
-        'placeholder sources are shared by other 5.23 VLMs (GLM-4V-MoE, GLM-OCR, PaddleOCR-VL...) whose rope '
-        'index or tower differ: they have no rows. On 4.57 each of the three has `_4x` rows for the same '
-        'problems in its own sources (rotary positions and a frequency table as long as the largest grid side, the per-frame '
-        'attention, the feature split, a Python `if` on the placeholder count, and the rope index, '
+        'placeholder sources are shared by other 5.23 VLMs (GLM-4.6V and Cosmos3-Omni, whose towers are '
+        "GLM-4V's and Qwen3-VL's; PaddleOCR-VL, Video-LLaMA-3...) that have no rows yet. On 4.57 each of the "
+        'three has `_4x` rows for the same problems in its own sources (rotary positions and a frequency '
+        'table as long as the largest grid side, the per-frame attention, the feature split, a Python `if` '
+        'on the placeholder count, and the rope index, '
         "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
         "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
         '(`_position_grid_4x`).',
