@@ -1,6 +1,6 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
-prefills (5.23) and five models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
-GLM-OCR), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed into one patch
+prefills (5.23) and seven models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
+GLM-OCR, GLM-4.6V, Cosmos3-Omni), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed into one patch
 sequence, exported with the number of images, their sizes, the batch and the text length all dynamic.
 
 Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
@@ -41,12 +41,13 @@ def _rows(model):
         extra = {"qwen2_5_vl": ("windows_packed",), "qwen3_vl": ("position_grid",)}.get(name, ())
         return tuple(f"transformers.vision.{name}_{row}_4x" for row in (
             "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *extra))
-    rows = [f"transformers.vision.{model}_{row}"
-            for row in ("patch_positions_packed", "attention_packed", "image_features_packed", "rope_index")]
+    tower = packed_rows.BORROWED_TOWERS.get(model, model)  # GLM-4.6V and Cosmos3-Omni: another model's tower
+    rows = [f"transformers.vision.{tower}_{row}" for row in ("patch_positions_packed", "attention_packed")]
+    rows += [f"transformers.vision.{model}_{row}" for row in ("image_features_packed", "rope_index")]
     if model == "qwen2_5_vl":
         rows.append("transformers.vision.qwen2_5_vl_windows_packed")
-    if model in packed_rows.INTERPOLATION_MODELS:
-        rows.append(f"transformers.vision.{model}_interpolation_packed")
+    if tower in packed_rows.INTERPOLATION_MODELS:
+        rows.append(f"transformers.vision.{tower}_interpolation_packed")
     if model in ("qwen3_5", "qwen3_5_moe"):  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
     return tuple(rows)
@@ -85,7 +86,8 @@ def packed_case(model, rows, beside=("pytree",), strict=False):
 
 #: Models whose every row patches the very source (same fingerprints) of a model proven row by row: each row's
 #: need is that model's; their own test shows the export fails without their rows, and checks the fingerprints.
-SAME_SOURCES = {"qwen3_vl_moe": "qwen3_vl", "qwen3_5_moe": "qwen3_5", "cohere_compass": "qwen3_vl"}
+SAME_SOURCES = {"qwen3_vl_moe": "qwen3_vl", "qwen3_5_moe": "qwen3_5", "cohere_compass": "qwen3_vl",
+                "cosmos3_omni": "qwen3_vl"}
 
 
 @pytest.mark.parametrize("model, left_out", [

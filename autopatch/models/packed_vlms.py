@@ -1,8 +1,9 @@
 """Tiny Qwen2-VL-family VLMs, whose images are packed into one patch sequence, and their prefill inputs: one
 definition for the tests and any tool that builds them.
 
-    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and five
-               models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR
+    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and seven
+               models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR, and
+               GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves)
     NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
 
 An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
@@ -20,7 +21,7 @@ MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
-           "glm4v_moe", "glm_ocr")
+           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -88,6 +89,14 @@ def _config(name):
         return t.GlmOcrConfig(
             vision_config={**OTHER_TOWER, "image_size": 16}, text_config={**TEXT, "rope_parameters": MROPE},
             image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
+    if name == "glm46v":  # GLM-4V's tower and text model
+        return t.Glm46VConfig(
+            vision_config={**OTHER_TOWER, "image_size": 16}, text_config={**TEXT, "rope_parameters": GLM_ROPE},
+            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
+    if name == "cosmos3_omni":  # Qwen3-VL's tower and text model
+        return t.Cosmos3OmniConfig(
+            vision_config=QWEN3_TOWER,
+            text_config={**TEXT, "head_dim": 16, "rope_parameters": {**MROPE, "mrope_interleaved": True}}, **TOKENS)
     if name == "qwen3_5_moe":  # Qwen3.5's, with 4 experts (2 per token) and a shared one in each layer
         return t.Qwen3_5MoeConfig(
             vision_config={**OTHER_TOWER, "num_position_embeddings": 16},
@@ -119,7 +128,8 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
                "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
                "cohere_compass": "CohereCompassForConditionalGeneration",
-               "glm4v_moe": "Glm4vMoeForConditionalGeneration", "glm_ocr": "GlmOcrForConditionalGeneration"}
+               "glm4v_moe": "Glm4vMoeForConditionalGeneration", "glm_ocr": "GlmOcrForConditionalGeneration",
+               "glm46v": "Glm46VForConditionalGeneration", "cosmos3_omni": "Cosmos3OmniForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):

@@ -39,7 +39,16 @@ PACKED_VISION_MODELS = (
                 "54bb4440fb12", "packed_image_features", "cda3a21e4b44", "qwen3_vl_rope_index"),
     PackedModel("glm_ocr", "GlmOcrVisionAttention", "71b4a9b79b30", "GlmOcrModel",
                 "54bb4440fb12", "packed_image_features", "2bc00e54b291", "qwen3_vl_rope_index"),
+    # Models whose tower is another model's (BORROWED_TOWERS): their own rows are the features and the rope index.
+    PackedModel("glm46v", None, None, "Glm46VModel",
+                "54bb4440fb12", "packed_image_features", "cc061dcad51d", "qwen3_vl_rope_index"),
+    PackedModel("cosmos3_omni", None, None, "Cosmos3OmniModel",
+                "cf364b3e5fa9", "packed_deepstack_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
 )
+
+#: model -> the model whose module holds its vision tower (built by AutoModel from its vision config): that model's
+#: patch-position and attention rows do the tower's part.
+BORROWED_TOWERS = {"glm46v": "glm4v", "cosmos3_omni": "qwen3_vl"}
 
 #: What every packed-vision row requires: the 5.23 sources (vision_utils and the shared attention).
 PACKED_VISION_REQUIRES = ("transformers>=5.13", "torch>=2.9")
@@ -49,7 +58,8 @@ PACKED_VISION_REQUIRES = ("transformers>=5.13", "torch>=2.9")
 #: fingerprint of that method (GLM-4V's differs only in its video mask, which reads the image token).
 PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392",
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
-                            "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392"}
+                            "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
+                            "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2"}
 
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
@@ -78,17 +88,22 @@ PACKED_CORE_4X = ("rot_pos_emb_4x", "attention_packed_4x", "image_features_packe
                   "rope_index_4x")
 
 
+_TOWER_ROWS = ("patch_positions_packed", "attention_packed")
+
+
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
     text_model = (f"transformers.{model}.gated_delta_scan",) if model in ("qwen3_5", "qwen3_5_moe") else ()
-    return tuple(f"transformers.vision.{model}_{name}" for name in core if name != own) + text_model
+    tower = BORROWED_TOWERS.get(model, model)
+    return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
+                 for name in core if name != own) + text_model
 
 
 ROWS = (
-    # 5.23 VLMs that pack every image's patches into one sequence (Qwen2-VL and its kin).
+    # 5.23 VLMs that pack every image's patches into one sequence (Qwen2-VL and its kin): their towers' rows, then
+    # the models' own.
     *(
         spec
-        for (model, attention, attention_fingerprint, owner, features_fingerprint, features_rewriter, rope_fingerprint,
-             rope_index) in PACKED_VISION_MODELS
+        for model, attention, attention_fingerprint, *_ in PACKED_VISION_MODELS
         for spec in (
             PatchSpec(
                 id=f"transformers.vision.{model}_patch_positions_packed",
@@ -118,6 +133,14 @@ ROWS = (
                 "attends chunk by chunk (guard Eq(u0, 0)). Rewritten from the source: one attention call with a "
                 "block-diagonal mask built from cu_seqlens, the same result.",
             ),
+        )
+        if model not in BORROWED_TOWERS
+    ),
+    *(
+        spec
+        for (model, _, _, owner, features_fingerprint, features_rewriter, rope_fingerprint,
+             rope_index) in PACKED_VISION_MODELS
+        for spec in (
             PatchSpec(
                 id=f"transformers.vision.{model}_image_features_packed",
                 family="transformers",
@@ -264,19 +287,22 @@ SUMMARIES = (
             'transformers.vision.qwen3_5_*_packed', 'transformers.vision.qwen3_vl_moe_*_packed',
             'transformers.vision.qwen3_5_moe_*_packed', 'transformers.vision.cohere_compass_*_packed',
             'transformers.vision.glm4v_moe_*_packed', 'transformers.vision.glm_ocr_*_packed',
+            'transformers.vision.glm46v_*_packed', 'transformers.vision.cosmos3_omni_*_packed',
             'transformers.vision.qwen2_vl_rope_index', 'transformers.vision.qwen2_5_vl_rope_index',
             'transformers.vision.qwen3_vl_rope_index', 'transformers.vision.glm4v_rope_index',
             'transformers.vision.qwen3_5_rope_index', 'transformers.vision.qwen3_vl_moe_rope_index',
             'transformers.vision.qwen3_5_moe_rope_index', 'transformers.vision.cohere_compass_rope_index',
             'transformers.vision.glm4v_moe_rope_index', 'transformers.vision.glm_ocr_rope_index',
+            'transformers.vision.glm46v_rope_index', 'transformers.vision.cosmos3_omni_rope_index',
             'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
             'transformers.vision.qwen3_vl_*_4x',
         ),
         "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
         "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), and "
-        "five models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
+        "seven models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
         "Qwen3.5's, with `transformers.qwen3_5_moe.gated_delta_scan`; GLM-4V-MoE and GLM-OCR: GLM-4V's, "
-        "GLM-OCR's attention with query and key norms added), "
+        "GLM-OCR's attention with query and key norms added; GLM-4.6V and Cosmos3-Omni build GLM-4V's and "
+        "Qwen3-VL's towers themselves, whose rows serve them: theirs are the features and the rope index), "
         'whose images are packed into one patch sequence: upstream reads `image_grid_thw` and '
         '`mm_token_type_ids` in Python (rotary positions per image: `_patch_positions_packed`; attention '
         'chunk by chunk per frame: `_attention_packed`; the features split per image: '
@@ -289,8 +315,8 @@ SUMMARIES = (
         'dynamic; give `pixel_values` a `4 * Dim(...)` size (four patches merge into one token). Strict '
         'export of all but Qwen2.5-VL also needs `_placeholder_check_packed`: Dynamo fixes the '
         "image size while formatting a check's message, and does not say so. The attention and "
-        'placeholder sources are shared by other 5.23 VLMs (GLM-4.6V and Cosmos3-Omni, whose towers are '
-        "GLM-4V's and Qwen3-VL's; PaddleOCR-VL, Video-LLaMA-3...) that have no rows yet. On 4.57 each of the "
+        'placeholder sources are shared by other 5.23 VLMs (PaddleOCR-VL, Video-LLaMA-3...) with attention '
+        "or features of their own, which have no rows yet. On 4.57 each of the "
         'three has `_4x` rows for the same problems in its own sources (rotary positions and a frequency '
         'table as long as the largest grid side, the per-frame attention, the feature split, a Python `if` '
         'on the placeholder count, and the rope index, '
