@@ -3,7 +3,7 @@
 # of its own, older versions: tests/test_legacy_caches.py on 4.48.3, 4.52.4 and 4.55.4; on 5.3.0 the caches
 # (model-local state-space and hybrid caches, as 4.x), RoPE, MoE, generation, Mamba prefill and the VLMs
 # (get_placeholder_mask's 5.0-5.11 check); on 5.12.1 DynamicCache with one-tensor linear-attention layers,
-# Mamba/Jamba decode, RoPE, Mamba prefill, VLMs. A fourth field names pinned packages for that venv alone
+# Mamba/Jamba decode, RoPE, Mamba prefill, VLMs (Idefics2 through ONNX among them). A fourth field names pinned packages for that venv alone
 # (executorch: transformers' ExecuTorch exporter, tested on 5.23).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
@@ -26,6 +26,6 @@ done <<'RUNS'
 .venv-tf452|4.52.4|tests/test_legacy_caches.py
 .venv-tf455|4.55.4|tests/test_legacy_caches.py
 .venv-tf53|5.3.0|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_moe.py tests/test_transformers_generation.py tests/test_transformers_ssm.py tests/test_transformers_vision.py
-.venv-tf512|5.12.1|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_ssm.py tests/test_transformers_vision.py -k 'test_dynamic_cache or state_space or hybrid_decode or rope or ssm or vision'
+.venv-tf512|5.12.1|tests/test_dynamic_cache.py tests/test_caches.py tests/test_transformers_rope.py tests/test_transformers_ssm.py tests/test_transformers_vision.py tests/test_onnx_dropped_checks.py -k 'test_dynamic_cache or state_space or hybrid_decode or rope or ssm or vision'
 RUNS
 exit $status

@@ -19,7 +19,6 @@ operands' dtypes differ (``InsertTypePromotion``), re-choosing each cast node's 
 from __future__ import annotations
 
 import functools
-import inspect
 
 from ... import kit
 
@@ -79,14 +78,4 @@ def install_rsub_of_a_number(record, owner, name, original):
         table = original(*args, **kwargs)
         return _with_rsub(table) if kit.in_export() else table
 
-    create_onnx_friendly_decomposition_table.__autopatch_original__ = original
-    create_onnx_friendly_decomposition_table.__autopatch_id__ = record.spec.id
-    setattr(owner, name, create_onnx_friendly_decomposition_table)
-
-    def undo() -> str:
-        if inspect.getattr_static(owner, name) is not create_onnx_friendly_decomposition_table:
-            return f"could not restore {owner.__name__}.{name}: replaced on top of autopatch's wrapper"
-        setattr(owner, name, original)
-        return ""
-
-    return undo
+    return kit.install_always_on(record, owner, name, original, create_onnx_friendly_decomposition_table)

@@ -99,6 +99,19 @@ ROWS = (
         "decomposes as other + (-self), self cast first: the same value bit for bit.",
     ),
     PatchSpec(
+        id="torch.onnx.dropped_check_conditions",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._fx_passes",
+        target="remove_assertion_nodes",
+        mode="install",
+        replacement="autopatch.areas.onnx.dropped_checks:install_dropped_check_conditions",
+        requires=TORCH_ONNX,
+        reason="torch.onnx.export erases the program's run-time checks but translates the conditions they "
+        "checked; a bound past int64 (u1 <= 2**67 - 32: an unbacked size's range, 16 times the unbounded size "
+        "bound) stops the conversion ('Python int too large to convert to C long'; Idefics2, Idefics3, SmolVLM on "
+        "5.12). While the thread exports, the pure nodes that only fed a dropped check are dropped with it.",
+    ),
+    PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
         family="transformers",
         trigger="torch.onnx._internal.exporter._registration",
@@ -200,6 +213,16 @@ SUMMARIES = (
         'While the thread exports, that case (a number minus a tensor that must be cast) decomposes as '
         '`other + (-self)` with `self` cast to the result dtype first: the same value bit for bit; every other '
         "`rsub` keeps torch's decomposition.",
+    ),
+    (
+        ('torch.onnx.dropped_check_conditions',),
+        "ONNX has no assertion: `torch.onnx.export` erases the program's run-time checks, but still translates "
+        "the conditions they checked. torch.export states an unbacked size's range as such a check, and its bound "
+        'is a product of other bounds: 16 patches times the "unbounded" size bound (2**63 - 2) no longer fits in '
+        'an int64, and the Idefics2, Idefics3 and SmolVLM prefills stopped at conversion on transformers 5.12 '
+        '("Python int too large to convert to C long"). While the thread exports, the pure nodes left without a '
+        'user by the erased checks (the comparisons and size arithmetic that only fed them) are erased too: '
+        'nothing an output depends on, so the same values, in a smaller model.',
     ),
     (
         ('transformers.moe.onnx_grouped_mm',),
