@@ -1,55 +1,23 @@
-"""torch.onnx.is_all_true: torch._check_tensor_all leaves aten._is_all_true in a program, which torch.onnx.export
-cannot translate; every vision-language model with transformers' 5.x image-token checks stopped there. Fails
-without the row, converts with it, onnxruntime matches eager; the translation computes what the operator does.
-torch.onnx.sdpa_masked_rows: a query row whose boolean mask hides every key (each padding token of a left-padded
+"""torch.onnx.sdpa_masked_rows: a query row whose boolean mask hides every key (each padding token of a left-padded
 batch) is zero in torch and the mean of the values in torch.onnx's translation; wrong at those positions without
-the row, equal to eager everywhere with it. (The grouped-matmul translation is proven in test_transformers_moe.py.)"""
+the row, equal to eager everywhere with it. (The grouped-matmul translation is proven in test_transformers_moe.py.)
+And a vision-language prefill through ONNX, whose image-token check torch.onnx.dropped_check_conditions lets
+convert."""
 
 import json
 import subprocess
 import sys
 
-import pytest
 import torch
 
 import autopatch
 import proving
-from autopatch.errors import causes
 from conftest import ONNX_ROWS, REPO, clean_env, requires
 
 pytestmark = ONNX_ROWS
 
-ROW = "torch.onnx.is_all_true"
+DROPPED_CHECKS = "torch.onnx.dropped_check_conditions"
 MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
-
-
-class AllPositive(torch.nn.Module):
-    """Returns the operator's value itself, so that the translation is compared, not only converted."""
-
-    def forward(self, x):
-        return torch.ops.aten._is_all_true(x > 0), x * 2
-
-
-@pytest.mark.parametrize("rows", [2, 0], ids=["rows", "empty"])
-def test_the_translation_computes_what_the_operator_does(make_agent, rows):
-    make_agent()
-    with torch.no_grad():
-        program = torch.onnx.export(AllPositive(), (torch.ones(3, 4),), dynamo=True, verbose=False,
-                                    dynamic_shapes=({0: torch.export.Dim("n", min=0)},))
-    assert autopatch.last_export_report()["patches"][ROW] == 1
-    for x in (torch.ones(rows, 4), torch.ones(rows, 4) - 2 * (torch.arange(4) == 1), torch.randn(rows, 4)):
-        expected = AllPositive()(x)
-        got = program(x)
-        assert bool(got[0]) == bool(expected[0]), (x, got[0])
-        torch.testing.assert_close(torch.as_tensor(got[1]), expected[1])
-
-
-def test_the_operator_stops_onnx_without_the_row(make_agent):
-    make_agent(selection=f"all,-{ROW}")
-    with pytest.raises(Exception) as failure:
-        torch.onnx.export(AllPositive(), (torch.ones(3, 4),), dynamo=True, verbose=False)
-    chain = [str(error) for error in causes(failure.value)]
-    assert any("No ONNX function found" in text and "_is_all_true" in text for text in chain), chain[-1][:300]
 
 
 def _validate(*args):
@@ -61,14 +29,15 @@ def _validate(*args):
 
 @requires("transformers>=5")
 def test_a_vision_language_prefill_reaches_onnxruntime(make_agent):
-    """LLaVA's 5.x image-token check is a torch._check_tensor_all: without the row the conversion stops at it;
-    with it onnxruntime matches eager at other sizes, and validate names the check the ONNX model does not make."""
-    without = _validate("--arch", "llava", "--step", "prefill", "--onnx", "--patches", f"all,-{ROW}")
+    """LLaVA's 5.x image-token check is a torch._check_tensor_all, _assert_async(_is_all_true(...)): torch.onnx
+    drops the assertion, but without the row it translates the condition, and torchlib has no _is_all_true. With
+    the row onnxruntime matches eager at other sizes, and validate names the check the ONNX model does not make."""
+    without = _validate("--arch", "llava", "--step", "prefill", "--onnx", "--patches", f"all,-{DROPPED_CHECKS}")
     assert [s["ok"] for s in without["stages"]] == [True, True, True, False], without
     assert "_is_all_true" in without["stages"][3]["error"]
     report = _validate("--arch", "llava", "--step", "prefill", "--onnx")
     assert report["ok"], report
-    assert report["patches_used"][ROW] >= 1
+    assert report["patches_used"][DROPPED_CHECKS] >= 1
     assert report["stages"][3]["dropped_checks"], report["stages"][3]
     assert all(leaf["max_abs"] < 1e-4 for leaf in report["stages"][4]["leaves"].values())
 

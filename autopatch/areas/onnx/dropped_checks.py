@@ -2,11 +2,16 @@
 
 ONNX has no assertion, so before translating, ``torch.onnx.export(dynamo=True)`` erases the program's check nodes
 (``_assert_scalar``, ``_assert_async``, ``sym_constrain_range_for_size``...; ``_fx_passes.remove_assertion_nodes``),
-but not the nodes that computed what they checked: a condition such as ``u1 <= 147573952589676412896`` is still
-translated, for nothing. torch.export states the range of an unbacked size that way, and its bound is a product
-of other sizes' bounds: with the "unbounded" size bound (2**63 - 2) times 16 patches, it no longer fits in an
-int64, and the conversion stops ("OverflowError: Python int too large to convert to C long"; Idefics2, Idefics3
-and SmolVLM prefills on transformers 5.12).
+but not the nodes that computed what they checked, which are still translated, for nothing, and can stop the
+conversion:
+
+- ``torch._check_tensor_all(cond)`` (transformers 5.x states its image-token checks so, and so do the agent's
+  vision rows) leaves ``_assert_async(_is_all_true(cond))``, and torchlib has no ``_is_all_true``: "No ONNX function
+  found", every vision-language model.
+- torch.export states the range of an unbacked size as a check, ``u1 <= 147573952589676412896``, whose bound is a
+  product of other sizes' bounds: with the "unbounded" size bound (2**63 - 2) times 16 patches, it no longer fits
+  in an int64 ("OverflowError: Python int too large to convert to C long"; Idefics2, Idefics3 and SmolVLM
+  prefills on transformers 5.12).
 
 * ``torch.onnx.dropped_check_conditions``: while the current thread exports, after torch erases the checks, the
   nodes left without a user by that (and, in turn, their inputs left without one) are erased too, if pure: the

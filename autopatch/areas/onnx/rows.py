@@ -21,19 +21,6 @@ ROWS = (
         "are named by their paths too (logits, present_key_cache_0 ...); given names are kept.",
     ),
     PatchSpec(
-        id="torch.onnx.is_all_true",
-        family="torch",
-        trigger="torch.onnx._internal.exporter._registration",
-        target="ONNXRegistry.from_torchlib",
-        mode="install",
-        replacement="autopatch.areas.onnx.translations:install_is_all_true",
-        requires=TORCH_ONNX,
-        reason="torch._check_tensor_all (transformers 5.x image-token checks, the agent's vision rows) leaves "
-        "_is_all_true in the program; torch.onnx.export drops the assertion but has no translation for its "
-        "argument ('No ONNX function found'): every vision-language model stopped there. Translated as what it "
-        "computes; the check itself is not in the ONNX model (validate lists such checks).",
-    ),
-    PatchSpec(
         id="torch.onnx.sdpa_masked_rows",
         family="torch",
         trigger="torch.onnx._internal.exporter._registration",
@@ -107,9 +94,9 @@ ROWS = (
         replacement="autopatch.areas.onnx.dropped_checks:install_dropped_check_conditions",
         requires=TORCH_ONNX,
         reason="torch.onnx.export erases the program's run-time checks but translates the conditions they "
-        "checked; a bound past int64 (u1 <= 2**67 - 32: an unbacked size's range, 16 times the unbounded size "
-        "bound) stops the conversion ('Python int too large to convert to C long'; Idefics2, Idefics3, SmolVLM on "
-        "5.12). While the thread exports, the pure nodes that only fed a dropped check are dropped with it.",
+        "checked: torch._check_tensor_all's _is_all_true, which torchlib lacks (every 5.x vision-language model's "
+        "image-token check), and bounds past int64 (Idefics2, Idefics3, SmolVLM on 5.12: 'Python int too large to "
+        "convert to C long'). While the thread exports, the pure nodes that only fed a dropped check go with it.",
     ),
     PatchSpec(
         id="transformers.moe.onnx_grouped_mm",
@@ -168,20 +155,13 @@ SUMMARIES = (
         'torch would append `_orig`).',
     ),
     (
-        ('torch.onnx.is_all_true',),
-        "`torch._check_tensor_all` (transformers 5.x states its image-token checks so, as do the agent's "
-        'vision rows) leaves `aten._is_all_true` in the program; `torch.onnx.export` drops the assertion '
-        'but has no translation for its argument, so every vision-language model stopped at conversion. '
-        'Translated as what it computes; the check itself is not in the ONNX model (`autopatch validate` '
-        'lists such checks). Shares one wrapper of `ONNXRegistry.from_torchlib` with the row below.',
-    ),
-    (
         ('torch.onnx.sdpa_masked_rows',),
         "torch's `scaled_dot_product_attention` answers zeros for a query row whose boolean mask hides "
         "every key (each padding token of a left-padded batch); `torch.onnx.export`'s translation answers "
         'the mean of the values, so the ONNX model of a padded prefill disagreed with eager at the '
         "padding positions (up to 0.5 in the logits). torchlib's own translation, with those rows zeroed; "
-        'float masks unchanged (torch does not zero them either). Same wrapper.',
+        'float masks unchanged (torch does not zero them either). Shares one wrapper of '
+        '`ONNXRegistry.from_torchlib` with the translations below.',
     ),
     (
         ('torch.onnx.complex_unsqueeze',),
@@ -217,12 +197,15 @@ SUMMARIES = (
     (
         ('torch.onnx.dropped_check_conditions',),
         "ONNX has no assertion: `torch.onnx.export` erases the program's run-time checks, but still translates "
-        "the conditions they checked. torch.export states an unbacked size's range as such a check, and its bound "
-        'is a product of other bounds: 16 patches times the "unbounded" size bound (2**63 - 2) no longer fits in '
-        'an int64, and the Idefics2, Idefics3 and SmolVLM prefills stopped at conversion on transformers 5.12 '
+        'the conditions they checked. `torch._check_tensor_all` (transformers 5.x states its image-token checks '
+        "so, as do the agent's vision rows) checks `aten._is_all_true`, which torchlib cannot translate: every "
+        'vision-language model stopped at conversion. And torch.export states an unbacked size\'s range as a '
+        'check whose bound is a product of other bounds: 16 patches times the "unbounded" size bound (2**63 - 2) '
+        'no longer fits in an int64, and the Idefics2, Idefics3 and SmolVLM prefills stopped on transformers 5.12 '
         '("Python int too large to convert to C long"). While the thread exports, the pure nodes left without a '
-        'user by the erased checks (the comparisons and size arithmetic that only fed them) are erased too: '
-        'nothing an output depends on, so the same values, in a smaller model.',
+        'user by the erased checks (what only fed them) are erased too: nothing an output depends on, so the '
+        'same values, in a smaller model. The checks themselves are not in the ONNX model (`autopatch validate` '
+        'lists them).',
     ),
     (
         ('transformers.moe.onnx_grouped_mm',),

@@ -16,12 +16,6 @@ Rows share one wrapper around ``from_torchlib``; each adds or removes its own en
   ``out[r] = input[r] @ weight[e(r)]`` with ``weight [E, K, N]``; rows past ``offs[-1]`` (expert-parallel
   sentinels) are zero.  The number of experts is a weight dimension, static in every export, so the graph has
   one MatMul per expert over a row slice whose bounds are read from ``offs`` at run time.
-* ``torch.onnx.is_all_true``: ``torch._check_tensor_all(cond)`` (transformers 5.x states its image-token checks
-  so, and so do the agent's vision rows) leaves ``_assert_async(_is_all_true(cond))`` in the program.  ONNX has
-  no assertion and the converter drops ``_assert_async``, but it still translates its argument, and torchlib
-  has no ``_is_all_true``: every vision-language model stopped there.  Translated as what it computes (all
-  elements true; true for an empty tensor); the check itself is gone from the ONNX model, as every run-time
-  check is (``autopatch validate`` lists them).
 * ``torch.onnx.complex_unsqueeze``: the converter holds a complex tensor as its real view (a last dimension of 2)
   and dispatches complex inputs only to translations written for them; torchlib has one for squeeze, none for
   unsqueeze. DeepSeek-V2 and Llama 4 rotate queries and keys in complex numbers (``torch.polar``,
@@ -50,7 +44,6 @@ import inspect
 from ... import kit
 
 GROUPED_MM = "transformers.moe.onnx_grouped_mm"
-IS_ALL_TRUE = "torch.onnx.is_all_true"
 SDPA_MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
 COMPLEX_UNSQUEEZE = "torch.onnx.complex_unsqueeze"
 SEARCHSORTED = "torch.onnx.searchsorted"
@@ -112,17 +105,6 @@ def grouped_mm_to_onnx(input, weight, offs):
     tail_shape = op.Concat(tail_rows, op.Shape(weight, start=2, end=3), axis=0)
     pieces.append(op.Expand(op.CastLike(op.Constant(value_float=0.0), input), tail_shape))
     return op.Concat(*pieces, axis=0)
-
-
-def is_all_true_to_onnx(self):
-    """``aten::_is_all_true``: a bool scalar, whether every element is true (an empty tensor: true, as ReduceMin
-    of nothing is its identity, the largest value)."""
-    from onnxscript import ir
-    from onnxscript import opset18 as op
-
-    kit.count_hit(IS_ALL_TRUE)
-    as_int = op.Cast(self, to=ir.DataType.INT32)
-    return op.Cast(op.ReduceMin(op.Reshape(as_int, op.Constant(value_ints=[-1])), keepdims=0), to=ir.DataType.BOOL)
 
 
 def sdpa_to_onnx(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -230,11 +212,6 @@ def install_sdpa_masked_rows(record, owner, name, raw):
 def install_onnx_grouped_mm(record, owner, name, raw):
     """Installer of ``transformers.moe.onnx_grouped_mm`` on ``ONNXRegistry.from_torchlib``."""
     return _install(record, _grouped_mm_op, grouped_mm_to_onnx, owner, name, raw)
-
-
-def install_is_all_true(record, owner, name, raw):
-    """Installer of ``torch.onnx.is_all_true`` on ``ONNXRegistry.from_torchlib``."""
-    return _install(record, _aten("_is_all_true"), is_all_true_to_onnx, owner, name, raw)
 
 
 def _install(record, operator, translation, owner, name, raw):
