@@ -36,16 +36,16 @@ def _erase_orphaned(graph, before: set) -> int:
     """Erases the pure call nodes without users that had some before (in ``before`` are those that had none), then
     their inputs left without users, in turn. Returns how many."""
     pending = [node for node in graph.nodes if _unused(node) and node not in before]
-    erased = 0
+    erased = set()
     while pending:
         node = pending.pop()
-        if node.graph is not graph or not _unused(node):  # erased already, or used again
+        if node in erased or not _unused(node):  # met twice, or still used
             continue
         inputs = node.all_input_nodes
         graph.erase_node(node)
-        erased += 1
+        erased.add(node)
         pending.extend(inputs)
-    return erased
+    return len(erased)
 
 
 def install_dropped_check_conditions(record, owner, name, original):
