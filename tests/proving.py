@@ -17,6 +17,7 @@ import torch
 
 import autopatch
 from autopatch import registry
+from autopatch.errors import causes
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,7 @@ def assert_conversion_stops_at(export, operator: str) -> None:
     names ``operator``: the conversion stopped where a row's translation or rewrite is missing."""
     with pytest.raises(Exception) as failed:
         export()
-    chain, error = [], failed.value
-    while error is not None:
-        chain.append(str(error))
-        error = error.__cause__ or error.__context__
+    chain = [str(error) for error in causes(failed.value)]
     assert any(operator in text for text in chain), chain[-1][:300]
 
 
