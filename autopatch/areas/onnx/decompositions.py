@@ -25,28 +25,27 @@ from ... import kit
 RSUB_OF_A_NUMBER = "torch.onnx.rsub_of_a_number"
 
 
-def rsub_of_a_number(self, other):
-    """``other - self`` for a number ``other`` and a ``self`` whose dtype differs from the result's: ``self`` cast,
-    negated, plus the number (the only nodes are ones whose first argument is a tensor)."""
+def rsub_of_a_number(self, other, dtype):
+    """``other - self`` for a number ``other`` and a ``self`` whose dtype differs from the result's, ``dtype``:
+    ``self`` cast, negated, plus the number (the only nodes are ones whose first argument is a tensor)."""
     import torch
 
     kit.count_hit(RSUB_OF_A_NUMBER)
-    self = torch.ops.prims.convert_element_type.default(self, _result_dtype(self, other))
+    self = torch.ops.prims.convert_element_type.default(self, dtype)
     return torch.ops.aten.add.Tensor(torch.ops.aten.neg.default(self), other)
 
 
-def _result_dtype(self, other):
+def _cast_result_dtype(self, other, alpha):
+    """The result dtype in the only case torch.onnx's type promotion fails on (a number first after a cast of
+    ``self``), else None: everything else keeps torch's nodes (ONNX's Neg has no unsigned types: a uint8 ``self``
+    cast to nothing else stays)."""
+    import torch
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-    return elementwise_dtypes(self, other, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
-
-
-def _needs_rewriting(self, other, alpha) -> bool:
-    """Only the case torch.onnx's type promotion fails on: a number first after a cast of ``self``. Everything
-    else keeps torch's nodes (ONNX's Neg has no unsigned types: a uint8 ``self`` cast to nothing else stays)."""
-    import torch
-
-    return alpha == 1 and not isinstance(other, torch.Tensor) and self.dtype != _result_dtype(self, other)
+    if alpha != 1 or isinstance(other, torch.Tensor):
+        return None
+    dtype = elementwise_dtypes(self, other, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    return dtype if self.dtype != dtype else None
 
 
 def _with_rsub(table: dict) -> dict:
@@ -61,8 +60,9 @@ def _with_rsub(table: dict) -> dict:
 
         @functools.wraps(torch_decomposition)
         def decomposition(self, other, alpha=1, *, _torch_decomposition=torch_decomposition):
-            if _needs_rewriting(self, other, alpha):
-                return rsub_of_a_number(self, other)
+            dtype = _cast_result_dtype(self, other, alpha)
+            if dtype is not None:
+                return rsub_of_a_number(self, other, dtype)
             return _torch_decomposition(self, other, alpha=alpha)
 
         table[overload] = decomposition
