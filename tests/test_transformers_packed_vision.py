@@ -49,7 +49,7 @@ def _rows(model):
         rows.append("transformers.vision.qwen2_5_vl_windows_packed")
     if tower in packed_rows.INTERPOLATION_MODELS:
         rows.append(f"transformers.vision.{tower}_interpolation_packed")
-    if model in ("qwen3_5", "qwen3_5_moe"):  # their text models' linear-attention layers
+    if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
     return tuple(rows)
 
@@ -66,9 +66,10 @@ def _selected(rows):
     return ",".join(("pytree", *rows))
 
 
-#: Strict=True of these stops in their text model's cache (Dynamo: 'DynamicLayer' object has no attribute 'dtype',
-#: README, known limits): their strict cases export the prefill without a cache (config.use_cache off).
-NO_CACHE_WHEN_STRICT = ("qwen3_5", "qwen3_5_moe")
+#: Strict=True of the models with linear-attention text stops in their text model's cache (Dynamo: 'DynamicLayer'
+#: object has no attribute 'dtype', README, known limits): their strict cases export the prefill without a cache
+#: (config.use_cache off).
+NO_CACHE_WHEN_STRICT = packed_rows.GATED_DELTA_TEXT
 
 
 def packed_case(model, rows, beside=("pytree",), strict=False):

@@ -90,9 +90,13 @@ PACKED_CORE_4X = ("rot_pos_emb_4x", "attention_packed_4x", "image_features_packe
 
 _TOWER_ROWS = ("patch_positions_packed", "attention_packed")
 
+#: Of PACKED_VISION_MODELS, those whose text model has linear-attention layers: they need its
+#: transformers.<model>.gated_delta_scan too.
+GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe")
+
 
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
-    text_model = (f"transformers.{model}.gated_delta_scan",) if model in ("qwen3_5", "qwen3_5_moe") else ()
+    text_model = (f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()
     tower = BORROWED_TOWERS.get(model, model)
     return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
                  for name in core if name != own) + text_model
