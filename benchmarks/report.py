@@ -137,10 +137,10 @@ def headline_cell(data: dict, column: str) -> str:
     if column not in data["columns"]:
         return "-"
     counts, n = data["summary"][column], len(data["cases"])
-    if counts.get("unavailable", 0) == n:
-        return "cannot be imported"
     # A case added to the catalogue after a column was measured is "not_run" there: not asked, so not counted.
     measured = n - counts.get("n/a", 0) - counts.get("unavailable", 0) - counts.get("not_run", 0)
+    if measured == 0 and counts.get("unavailable", 0):
+        return "cannot be imported"  # every case it was asked about (later ones were not asked)
     cell = f"{counts.get('ok', 0)} / {measured}"
     cell = f"**{cell}**" if column == "autopatch" else cell
     wrong = counts.get("wrong_result", 0)
