@@ -308,3 +308,100 @@ def block_diagonal_mask(cu_seqlens, like):
     same = segment[:, None] == segment[None, :]
     blocked = torch.zeros(same.shape, dtype=like.dtype, device=like.device)
     return blocked.masked_fill(~same, torch.finfo(like.dtype).min)[None, None]
+
+
+# --- LLaVA-NeXT's "anyres" images -------------------------------------------------------------------------------
+# Each image is resized to one of the config's grid pinpoints (the one that keeps most of its pixels, then wastes
+# least), cut into tiles of the tower's size, plus one thumbnail tile. transformers computes each image's choice
+# in Python from ``image_sizes.tolist()`` and loops over the images: a program would fix both the image sizes and
+# the number of images. The helpers below compute the same choice, the same tiles and the same packed features
+# with tensor operations over all images at once (sizes read from ``image_sizes`` are data, not constants).
+
+
+def _best_pinpoints(image_sizes, pinpoints):
+    """``select_best_resolution`` for every image: ``[images, 2]`` (height, width) of the chosen pinpoint. In
+    float64, the operations in the order transformers' Python does them (the same doubles), ties to the first."""
+    torch = _torch()
+    sizes = image_sizes.to(torch.float64)
+    height, width = sizes[:, 0:1], sizes[:, 1:2]
+    pins = torch.tensor(pinpoints, dtype=torch.float64, device=image_sizes.device)
+    pin_height, pin_width = pins[:, 0], pins[:, 1]
+    scale = torch.minimum(pin_width / width, pin_height / height)
+    effective = torch.minimum(torch.floor(width * scale) * torch.floor(height * scale), width * height)
+    wasted = pin_width * pin_height - effective
+    best = effective == effective.max(dim=1, keepdim=True).values
+    wasted = torch.where(best, wasted, torch.full_like(wasted, float("inf")))
+    best &= wasted == wasted.min(dim=1, keepdim=True).values
+    return pins.to(torch.int64)[best.to(torch.int8).argmax(dim=1)]  # argmax: the first of equal maxima
+
+
+def anyres_tile_counts(image_sizes, pinpoints, tile: int):
+    """``image_size_to_num_patches`` of every image: the tiles of its pinpoint (a partial tile counts) plus the
+    thumbnail, as a tensor."""
+    chosen = _best_pinpoints(image_sizes, pinpoints)
+    return (-(-chosen[:, 0] // tile)) * (-(-chosen[:, 1] // tile)) + 1
+
+
+def anyres_tiles(pixel_values, counts):
+    """``[images, max tiles, C, H, W]`` padded tiles -> the first ``counts[i]`` tiles of each image, in order."""
+    torch = _torch()
+    kept = torch.arange(pixel_values.shape[1], device=pixel_values.device)[None, :] < counts[:, None]
+    return pixel_values[kept]
+
+
+def _round7_floor(value):
+    """``int(round(value, 7))`` for positive float64 values: equal except for a value within about 1e-13 of a
+    rounding tie at the 7th decimal (Python rounds the exact decimal, this the scaled double)."""
+    torch = _torch()
+    return torch.floor(torch.round(value * 1e7) / 1e7).to(torch.int64)
+
+
+def anyres_pack(features, image_sizes, counts, config, newline):
+    """LLaVA-NeXT's ``pack_image_features`` over all images at once. ``features``: ``[tiles, tokens, dim]`` of
+    every image's tiles in order (thumbnail first), ``counts``: tiles per image. Per image, the thumbnail's tokens,
+    then the tiles' tokens laid out on the pinpoint's grid with the resize padding cut away (``unpad_image``),
+    a ``newline`` after each row; all images concatenated. Returns ``([features], lengths)``: one list element,
+    which the caller concatenates to the same tensor."""
+    torch = _torch()
+    device = features.device
+    side = config.vision_config.image_size // config.vision_config.patch_size  # tokens per tile side
+    tile = config.vision_config.image_size
+    torch._check(features.shape[1] == side * side, lambda: "anyres packing needs side*side tokens per tile "
+                 "(vision_feature_select_strategy 'default' on a tower with a CLS token)")
+    chosen = _best_pinpoints(image_sizes, config.image_grid_pinpoints)
+    rows_of_tiles, cols_of_tiles = chosen[:, 0] // tile, chosen[:, 1] // tile
+    height, width = rows_of_tiles * side, cols_of_tiles * side  # the grid of tokens, padding included
+    first = torch.cumsum(counts, 0) - counts  # each image's thumbnail tile
+
+    # unpad_image: the axis the resize padded, and how much of it to cut on each side
+    original = image_sizes.to(torch.float64)
+    original_height, original_width = original[:, 0], original[:, 1]
+    wider = original_width / original_height > width.to(torch.float64) / height.to(torch.float64)
+    new_height = _round7_floor(original_height * (width.to(torch.float64) / original_width))
+    new_width = _round7_floor(original_width * (height.to(torch.float64) / original_height))
+    row_pad = torch.where(wider, torch.div(height - new_height, 2, rounding_mode="floor"), 0)
+    col_pad = torch.where(wider, 0, torch.div(width - new_width, 2, rounding_mode="floor"))
+
+    # one canvas per image, the largest grid any pinpoint gives, one more column for the newline
+    max_height = max(h // tile for h, _ in config.image_grid_pinpoints) * side
+    max_width = max(w // tile for _, w in config.image_grid_pinpoints) * side
+    y = torch.arange(max_height, device=device)[None, :, None]
+    x = torch.arange(max_width + 1, device=device)[None, None, :]
+    per_image = (lambda t: t[:, None, None])
+    row_kept = (y >= per_image(row_pad)) & (y < per_image(height - row_pad))
+    in_grid = (x < per_image(width)) & (x >= per_image(col_pad)) & (x < per_image(width - col_pad))
+    tile_of = per_image(first) + 1 + (y // side) * per_image(cols_of_tiles) + torch.clamp(x, max=max_width - 1) // side
+    token = tile_of * side * side + (y % side) * side + torch.clamp(x, max=max_width - 1) % side
+    newline_index = features.shape[0] * side * side
+    has_newline = newline is not None
+    grid_valid = row_kept & (in_grid | ((x == max_width) & has_newline))
+    grid_source = torch.where(x == max_width, newline_index, token)
+
+    thumbnail = first[:, None] * side * side + torch.arange(side * side, device=device)[None, :]
+    valid = torch.cat([torch.ones_like(thumbnail, dtype=torch.bool), grid_valid.flatten(1)], dim=1)
+    source = torch.cat([thumbnail, grid_source.flatten(1)], dim=1)
+    table = features.reshape(-1, features.shape[-1])
+    if has_newline:
+        table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
+    packed = table[source[valid]]
+    return [packed], valid.sum(dim=1)

@@ -32,6 +32,17 @@ IDEFICS_4X = (
     IdeficsModel("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),
 )
 
+#: LLaVA-NeXT-family VLMs whose get_image_features tiles images by LLaVA-NeXT's "anyres" code: (model, owner class,
+#: fingerprints of get_image_features on 4.57.6, 5.12.1 and 5.23.0, its rewriter). LLaVA-OneVision packs differently (it may also pool a
+#: large image down): not listed.
+AnyresModel = table_row("AnyresModel", ("model", "owner", "fingerprints", "rewriter"))
+ANYRES_MODELS = (
+    AnyresModel("llava_next", "LlavaNextModel", ("0a12c1ac989b", "6e3766ca7e9c", "372d091f7943"),
+                "anyres_image_features"),
+    AnyresModel("llava_next_video", "LlavaNextVideoModel", ("c647aeb3ca9d", "bae581e5bd81", "1e689551fc5d"),
+                "anyres_image_features_video"),
+)
+
 ROWS = (
     PatchSpec(
         id="transformers.vision.llava_image_features",
@@ -204,6 +215,50 @@ ROWS = (
         "Under export all images are embedded at once and returned as one list element (the caller "
         "concatenates the list: the same tensor).",
     ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_anyres",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_image_features",
+            mode="rewrite",
+            replacement=f"autopatch.areas.vision.vlm:{rewriter}",
+            requires=("transformers>=4.56",),
+            fingerprints=fingerprints,
+            reason=f"{owner}.get_image_features chooses each image's tile grid from image_sizes.tolist() in Python "
+            "(select_best_resolution) and keeps, splits and unpads the tiles image by image: the export stops on "
+            "'IntTrueDiv(56, u0) < IntTrueDiv(112, u1)'. Rewritten from the source: the same grids, tiles and "
+            "packing for all images at once, from the sizes as data.",
+        )
+        for model, owner, fingerprints, rewriter in ANYRES_MODELS
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_next_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.llava_next.modeling_llava_next",
+        target="LlavaNextModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_placeholder_mask",
+        requires=("transformers>=4.56,<5",),
+        # Llava's 4.x source but for the error message's feature count
+        fingerprints=("241b8afd64ff",),
+        needs=("transformers.vision.llava_next_anyres",),
+        reason="LlavaNextModel.get_placeholder_mask (4.x) checks the image token count against the features with "
+        "a Python if on a data-dependent size (guard Ne(u2, 64*u1)); under export a torch._check_tensor_all (a "
+        "runtime assertion), as for Llava.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_next_video_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.llava_next_video.modeling_llava_next_video",
+        target="LlavaNextVideoModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_next_video_placeholder_masks",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("9747035a4f6b",),
+        needs=("transformers.vision.llava_next_video_anyres",),
+        reason="The same check in LlavaNextVideoModel.get_placeholder_mask (4.x), for images and for videos.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -286,5 +341,14 @@ SUMMARIES = (
         ('transformers.vision.fuyu_image_features',),
         '4.x Fuyu embeds its images in a Python loop over the batch, which specializes the image count; '
         'all images at once instead.',
+    ),
+    (
+        ('transformers.vision.llava_next_anyres', 'transformers.vision.llava_next_video_anyres',
+         'transformers.vision.llava_next_placeholder_mask', 'transformers.vision.llava_next_video_placeholder_mask'),
+        "LLaVA-NeXT (and -Video) choose each image's tile grid from `image_sizes.tolist()` in Python and "
+        "keep, split and unpad the tiles image by image: the export stops on `IntTrueDiv(56, u0) < "
+        "IntTrueDiv(112, u1)`. Rewritten from the source: the same grid choice (in float64, as Python), "
+        "tiles and packing for all images at once, from the sizes as data. On 4.x their placeholder checks "
+        "become runtime assertions too, as Llava's.",
     ),
 )

@@ -172,6 +172,25 @@ def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
 
 
+def llava_next_video_placeholder_masks(self, input_ids, inputs_embeds, image_features=None, video_features=None):
+    """LlavaNextVideoModel.get_placeholder_mask (4.x): the image and the video masks, each size check as
+    ``torch._check_tensor_all`` (as ``llava_placeholder_mask``)."""
+    masks = []
+    for token_id, features in ((self.config.image_token_id, image_features),
+                               (self.config.video_token_id, video_features)):
+        if input_ids is None:
+            embedding = self.get_input_embeddings()(
+                torch.tensor(token_id, dtype=torch.long, device=inputs_embeds.device))
+            mask = (inputs_embeds == embedding).all(-1)
+        else:
+            mask = input_ids == token_id
+        if features is not None:
+            torch._check_tensor_all(mask.sum() * inputs_embeds.shape[-1] == features.numel(),
+                                    lambda: "Image or video features and their tokens do not match")
+        masks.append(mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device))
+    return tuple(masks)
+
+
 def placeholder_check_on_token_count(get_placeholder_mask):
     """A rewriter for the ``get_placeholder_mask`` of 5.0-5.11 (one source in Llava, Gemma3 and most VLMs built on
     them). Its check ``inputs_embeds[special_image_mask].numel() == image_features.numel()`` sizes a boolean
@@ -310,3 +329,40 @@ def smolvlm_merger_check(inputs_merger):
         "torch._check_tensor_all(num_image_tokens % patch_size == 0, "
         "lambda: 'At least one sample has <image> tokens not divisible by patch_size.')",
     })
+
+
+#: LLaVA-NeXT's get_image_features (4.57 and 5.x; LLaVA-NeXT-Video's too): what fixes the images' sizes and count
+#: to the traced ones, and the loop-free computation each becomes (``autopatch.rewrite.runtime``'s anyres helpers).
+_ANYRES_SUBSTITUTIONS = {
+    "image_num_patches = [image_size_to_num_patches(image_size=imsize, grid_pinpoints="
+    "self.config.image_grid_pinpoints, patch_size=self.config.vision_config.image_size) for imsize in image_sizes]":
+        "image_num_patches = __autopatch_rt.anyres_tile_counts(image_sizes, self.config.image_grid_pinpoints, "
+        "self.config.vision_config.image_size)",
+    "[pix_val[:num_patch] for pix_val, num_patch in zip(pixel_values, image_num_patches)]":
+        "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
+    "torch.split(image_features, image_num_patches, dim=0)": "image_features",
+}
+_ANYRES_PACK = "__autopatch_rt.anyres_pack(image_features, image_sizes, image_num_patches, self.config, self.image_newline)"
+
+
+def anyres_image_features(get_image_features):
+    """A rewriter for LLaVA-NeXT's ``get_image_features``: each image's tile count and grid come from
+    ``image_sizes.tolist()`` through Python's ``select_best_resolution``, and the tiles are kept, split and packed
+    image by image, so a program would only take the traced image sizes and number of images (the export stops on
+    ``IntTrueDiv(56, u0) < IntTrueDiv(112, u1)``). Rewritten from the source: the same choice, tiles and packing
+    for all images at once, from the sizes as data; the features come back as one list element, which the caller
+    concatenates to the same tensor."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {**_ANYRES_SUBSTITUTIONS, (
+        "self.pack_image_features(image_features, image_sizes, vision_feature_select_strategy="
+        "vision_feature_select_strategy, image_newline=self.image_newline)"): _ANYRES_PACK})
+
+
+def anyres_image_features_video(get_image_features):
+    """The same for LLaVA-NeXT-Video's, which passes the feature strategy to ``pack_image_features`` by position."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {**_ANYRES_SUBSTITUTIONS, (
+        "self.pack_image_features(image_features, image_sizes, vision_feature_select_strategy, "
+        "image_newline=self.image_newline)"): _ANYRES_PACK})
