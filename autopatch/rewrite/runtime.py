@@ -405,3 +405,70 @@ def anyres_pack(features, image_sizes, counts, config, newline):
         table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
     packed = table[source[valid]]
     return [packed], valid.sum(dim=1)
+
+
+# --- Pixtral's images of any size (Mistral 3, LightOnOCR, Mistral Large 4) ---------------------------------------
+# Pixtral's tower takes a batch of images padded to the largest and ``image_sizes``; it cuts each image's patches
+# out in a Python loop and builds a block mask from the per-image lengths, and Mistral 3's patch merger splits and
+# reshapes image by image: a program would fix the images' sizes and count. The helpers keep the padded batch and
+# a mask of each image's own patches, and select with it: the same patches, positions and blocks, in the same order.
+
+
+def pixtral_patches(patch_embeds, image_sizes, patch_size):
+    """``(patch_embeds, kept)``: the convolved batch ``[images, dim, rows, cols]`` and which of its patches belong
+    to each image (the top-left ``height // patch_size`` by ``width // patch_size``, what the loop slices)."""
+    torch = _torch()
+    rows = torch.arange(patch_embeds.shape[-2], device=patch_embeds.device)[None, :, None]
+    cols = torch.arange(patch_embeds.shape[-1], device=patch_embeds.device)[None, None, :]
+    if not is_tensor(image_sizes):  # the tower's own default, every image its full padded size
+        return patch_embeds, (rows >= 0) & (cols >= 0) & torch.ones(patch_embeds.shape[0], 1, 1, dtype=torch.bool,
+                                                                     device=patch_embeds.device)
+    sizes = image_sizes.to(patch_embeds.device)
+    kept = (rows < (sizes[:, 0] // patch_size)[:, None, None]) & (cols < (sizes[:, 1] // patch_size)[:, None, None])
+    return patch_embeds, kept
+
+
+def pixtral_sequence(patches):
+    """Every image's patches, row by row, one image after the other: ``[1, patches, dim]``."""
+    torch = _torch()
+    patch_embeds, kept = patches
+    sequence = patch_embeds.permute(0, 2, 3, 1)[kept].unsqueeze(0)
+    # transformers' sdpa attention tests ``patches > 1`` before it looks at the (given) mask, which a count known
+    # only from data cannot answer: stated here, a run-time check that refuses one image of a single patch. No
+    # message: under strict=True Dynamo keeps a message function as a graph attribute, which export then fails on.
+    torch._check(sequence.shape[1] >= 2)
+    return sequence
+
+
+def _pixtral_grid(patches):
+    torch = _torch()
+    patch_embeds, kept = patches
+    shape = kept.shape
+    row = torch.arange(shape[1], device=kept.device)[None, :, None].expand(shape)
+    col = torch.arange(shape[2], device=kept.device)[None, None, :].expand(shape)
+    image = torch.arange(shape[0], device=kept.device)[:, None, None].expand(shape)
+    return row[kept], col[kept], image[kept]
+
+
+def pixtral_positions(patches):
+    """5.x: each patch's (row, column) within its own image, ``[patches, 2]``."""
+    row, col, _ = _pixtral_grid(patches)
+    return _torch().stack([row, col], dim=-1)
+
+
+def pixtral_positions_flat(patches, max_width):
+    """4.x ``position_ids_in_meshgrid``: ``row * max_width + column`` of each patch within its own image."""
+    row, col, _ = _pixtral_grid(patches)
+    return row * max_width + col
+
+
+def pixtral_block_mask(patches, tensor):
+    """``generate_block_attention_mask``: a patch attends only to the patches of its own image,
+    ``[batch, 1, patches, patches]`` (0 or the dtype's minimum)."""
+    torch = _torch()
+    _, _, image = _pixtral_grid(patches)
+    same = image[:, None] == image[None, :]
+    blocked = torch.zeros(same.shape, dtype=tensor.dtype, device=tensor.device)
+    mask = blocked.masked_fill(~same.to(tensor.device), torch.finfo(tensor.dtype).min)
+    return mask[None, None].expand(tensor.shape[0], 1, -1, -1)
+

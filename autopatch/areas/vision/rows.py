@@ -7,8 +7,8 @@ from __future__ import annotations
 from ...spec import PatchSpec, table_row
 
 #: Vision-language models and the class holding their get_placeholder_mask: on 4.x Llava's source in each, on
-#: 5.0-5.11 another source shared by all of them (each failed without its row on 4.57.6 and 5.3.0). Measured:
-#: mistral3 fails first in Pixtral's vision tower (data-dependent image sizes): not listed.
+#: 5.0-5.11 another source shared by all of them (each failed without its row on 4.57.6 and 5.3.0). Mistral 3's is
+#: Llava's on 4.x too, but only its 4.x row is proven (with the Pixtral rows below): a row of its own.
 PlaceholderModel = table_row("PlaceholderModel", ("model", "owner"))
 PLACEHOLDER_MASK_MODELS = (
     PlaceholderModel("llava", "LlavaModel"),
@@ -42,6 +42,25 @@ ANYRES_MODELS = (
     AnyresModel("llava_next_video", "LlavaNextVideoModel", ("c647aeb3ca9d", "bae581e5bd81", "1e689551fc5d"),
                 "anyres_image_features_video"),
 )
+
+#: VLMs on Pixtral's tower whose projector merges patch blocks (Mistral3PatchMerger, one source: fc054ec47794):
+#: (model, class prefix, get_image_features fingerprints on 4.57.6, 5.12.1 and 5.23.0, its rewriter, the versions
+#: it applies to: the model's first release in our venvs, the rewriter's source). Pixtral's own rows
+#: (the tower) serve them all.
+MergedModel = table_row("MergedModel", ("model", "prefix", "fingerprints", "rewriter", "requires"))
+MERGED_PATCH_MODELS = (
+    MergedModel("mistral3", "Mistral3", ("593b08edb652",), "merged_features_one_element_4x",
+                ("transformers>=4.56,<5",)),
+    MergedModel("mistral3", "Mistral3", ("d2f681f1dcd1", "fe300f6e450f"), "merged_features_one_element",
+                ("transformers>=5",)),
+    MergedModel("mistral_large4", "MistralLarge4", ("fe300f6e450f",), "merged_features_one_element",
+                ("transformers>=5.13",)),
+    MergedModel("lighton_ocr", "LightOnOcr", ("80eeb543d19e", "b3c7884372fe"), "lighton_features_one_element",
+                ("transformers>=5",)),
+)
+#: The versions each of those models' merger row applies to (its earliest features row's).
+MERGER_REQUIRES = {"mistral3": ("transformers>=4.56",), "mistral_large4": ("transformers>=5.13",),
+                   "lighton_ocr": ("transformers>=5",)}
 
 ROWS = (
     PatchSpec(
@@ -259,6 +278,76 @@ ROWS = (
         needs=("transformers.vision.llava_next_video_anyres",),
         reason="The same check in LlavaNextVideoModel.get_placeholder_mask (4.x), for images and for videos.",
     ),
+    PatchSpec(
+        id="transformers.vision.pixtral_patches",
+        family="transformers",
+        trigger="transformers.models.pixtral.modeling_pixtral",
+        target="PixtralVisionModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:pixtral_patches_loop_free",
+        requires=("transformers>=5.13",),
+        fingerprints=("c8f7de76bb38",),
+        reason="Pixtral's tower cuts each image's patches out of the padded batch in a Python loop over image_sizes, "
+        "positions and masks them image by image: the export stops on 'u1*u3 + u5*u7 > 1' (a sum of per-image "
+        "patch counts). Rewritten from the source: the batch stays whole, a mask of each image's patches selects "
+        "them; the same patches, positions and per-image attention blocks.",
+    ),
+    PatchSpec(
+        id="transformers.vision.pixtral_patches_flat_positions",
+        family="transformers",
+        trigger="transformers.models.pixtral.modeling_pixtral",
+        target="PixtralVisionModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:pixtral_patches_loop_free_flat",
+        requires=("transformers>=4.56,<5.13",),
+        fingerprints=("192be29b3001", "14ac7ddd61ad"),  # 4.57.6, 5.12.1
+        reason="The same in the PixtralVisionModel.forward of 4.x to 5.12, whose positions are "
+        "position_ids_in_meshgrid's row * max_width + column.",
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_patch_merger",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{prefix}PatchMerger.forward",
+            mode="route",
+            replacement="autopatch.areas.vision.vlm:patch_merger",
+            requires=MERGER_REQUIRES[model],
+            fingerprints=("fc054ec47794",),
+            reason=f"{prefix}PatchMerger splits the patches per image by Python ints from image_sizes and unfolds each "
+            "image's grid in a loop. Under export one gather takes every image's 2x2 (spatial_merge_size) blocks in "
+            "unfold's order.",
+        )
+        for model, prefix in dict.fromkeys((m.model, m.prefix) for m in MERGED_PATCH_MODELS)
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_merged_features{'_4x' if rewriter.endswith('_4x') else ''}",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{prefix}Model.get_image_features",
+            mode="rewrite",
+            replacement=f"autopatch.areas.vision.vlm:{rewriter}",
+            requires=requires,
+            fingerprints=fingerprints,
+            reason=f"{prefix}Model.get_image_features splits the merged features per image with Python ints, which "
+            "fixes the number of images. Rewritten from the source: one element holding every image's features "
+            "(the caller concatenates the split: the same tensor).",
+        )
+        for model, prefix, fingerprints, rewriter, requires in MERGED_PATCH_MODELS
+    ),
+    PatchSpec(
+        id="transformers.vision.mistral3_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.mistral3.modeling_mistral3",
+        target="Mistral3Model.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_placeholder_mask",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("5d873236af34",),  # Llava's 4.x source
+        reason="Mistral3Model.get_placeholder_mask (4.x) is Llava's: its Python if on a data-dependent count "
+        "becomes a torch._check_tensor_all (a runtime assertion).",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -283,8 +372,7 @@ SUMMARIES = (
             'transformers.vision.fuyu_placeholder_mask',
         ),
         "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint): a Python `if` on the number "
-        'of image tokens, a data-dependent size; a runtime check instead. (Mistral3 fails first in '
-        "Pixtral's tower: not covered.)",
+        'of image tokens, a data-dependent size; a runtime check instead.',
     ),
     (
         (
@@ -350,5 +438,17 @@ SUMMARIES = (
         "IntTrueDiv(112, u1)`. Rewritten from the source: the same grid choice (in float64, as Python), "
         "tiles and packing for all images at once, from the sizes as data. On 4.x their placeholder checks "
         "become runtime assertions too, as Llava's.",
+    ),
+    (
+        ('transformers.vision.pixtral_patches', 'transformers.vision.pixtral_patches_flat_positions',
+         'transformers.vision.*_patch_merger', 'transformers.vision.*_merged_features*',
+         'transformers.vision.mistral3_placeholder_mask'),
+        "Mistral 3, LightOnOCR and Mistral Large 4 (Pixtral's tower): the tower cuts each image's patches "
+        "out of the padded batch in a Python loop over `image_sizes`, the projector merges 2x2 blocks and "
+        "the features are split image by image: the export stopped on `u1*u3 + u5*u7 > 1`. A mask of each "
+        "image's patches selects them from the whole batch (same patches, positions, attention blocks), one "
+        "gather merges every block, the features stay one tensor; 4.x Mistral 3's placeholder check is "
+        "Llava's. The program refuses a batch of one single-patch image (transformers' attention tests "
+        "`patches > 1` before its mask).",
     ),
 )
