@@ -10,7 +10,6 @@ stopped on the sizes (``u1*u3 + u5*u7 > 1``). Proven here:
     sizes and numbers of images than traced, padded text included; onnxruntime too.
 """
 
-import copy
 import importlib
 
 import pytest
@@ -154,13 +153,6 @@ def test_program_matches_eager_on_images_of_other_sizes_with_the_rows(make_agent
 
 def test_onnx_matches_eager_on_images_of_other_sizes(make_agent, onnx_extra):
     """Converted from the same two sets, onnxruntime runs other batches of image sizes, every leaf compared."""
-    from autopatch import onnx_inputs
-
     model, traced, other, runs = case("mistral3").build()
     make_agent()
-    program = proving.export_onnx(model, traced, other)
-    for inputs in runs[:2]:
-        got = onnx_inputs.run(program, **copy.deepcopy(inputs))
-        with torch.no_grad():
-            expected = model(**copy.deepcopy(inputs))
-        proving.assert_same_outputs(got, expected, rtol=1e-4, atol=1e-5)
+    proving.assert_onnx_runs_match(proving.export_onnx(model, traced, other), model, runs[:2], rtol=1e-4, atol=1e-5)

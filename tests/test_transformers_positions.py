@@ -6,7 +6,6 @@ tokens) exports without the rows, but its program refuses every one-token step: 
 of "mask length - past" while checking contiguity. With the rows the program runs one-token and longer steps, left
 padding included, and matches eager (logits and every cache tensor); ONNX through onnxruntime too."""
 
-import copy
 
 import pytest
 import torch
@@ -65,13 +64,6 @@ def test_the_program_runs_every_step_length_and_matches_eager_with_the_row(make_
 @pytest.mark.parametrize("model_type,row", _params())
 def test_onnx_runs_one_token_steps_and_matches_eager(make_agent, onnx_extra, model_type, row):
     """Converted from the same two sets, onnxruntime runs the one-token steps, every leaf compared."""
-    from autopatch import onnx_inputs
-
     model, traced, other, runs = case(model_type, row).build()
     make_agent()
-    program = proving.export_onnx(model, traced, other)
-    for inputs in runs[:2]:
-        got = onnx_inputs.run(program, **copy.deepcopy(inputs))
-        with torch.no_grad():
-            expected = model(**copy.deepcopy(inputs))
-        proving.assert_same_outputs(got, expected, rtol=1e-4, atol=1e-5)
+    proving.assert_onnx_runs_match(proving.export_onnx(model, traced, other), model, runs[:2], rtol=1e-4, atol=1e-5)
