@@ -33,8 +33,8 @@ IDEFICS_4X = (
 )
 
 #: LLaVA-NeXT-family VLMs whose get_image_features tiles images by LLaVA-NeXT's "anyres" code: (model, owner class,
-#: fingerprints of get_image_features on 4.57.6, 5.12.1 and 5.23.0, its rewriter). LLaVA-OneVision packs differently (it may also pool a
-#: large image down): not listed.
+#: fingerprints of get_image_features on 4.57.6, 5.12.1 and 5.23.0, its rewriter). LLaVA-OneVision packs
+#: differently (it also resamples a large image down, bilinearly, to a size read from the data): not listed.
 AnyresModel = table_row("AnyresModel", ("model", "owner", "fingerprints", "rewriter"))
 ANYRES_MODELS = (
     AnyresModel("llava_next", "LlavaNextModel", ("0a12c1ac989b", "6e3766ca7e9c", "372d091f7943"),
@@ -45,8 +45,7 @@ ANYRES_MODELS = (
 
 #: VLMs on Pixtral's tower whose projector merges patch blocks (Mistral3PatchMerger, one source: fc054ec47794):
 #: (model, class prefix, get_image_features fingerprints on 4.57.6, 5.12.1 and 5.23.0, its rewriter, the versions
-#: it applies to: the model's first release in our venvs, the rewriter's source). Pixtral's own rows
-#: (the tower) serve them all.
+#: that have that source). Pixtral's own rows (the tower) serve them all.
 MergedModel = table_row("MergedModel", ("model", "prefix", "fingerprints", "rewriter", "requires"))
 MERGED_PATCH_MODELS = (
     MergedModel("mistral3", "Mistral3", ("593b08edb652",), "merged_features_one_element_4x",

@@ -342,7 +342,8 @@ _ANYRES_SUBSTITUTIONS = {
         "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
     "torch.split(image_features, image_num_patches, dim=0)": "image_features",
 }
-_ANYRES_PACK = "__autopatch_rt.anyres_pack(image_features, image_sizes, image_num_patches, self.config, self.image_newline)"
+_ANYRES_PACK = ("__autopatch_rt.anyres_pack(image_features, image_sizes, image_num_patches, self.config, "
+                "self.image_newline)")
 
 
 def anyres_image_features(get_image_features):
