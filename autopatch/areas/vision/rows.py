@@ -57,9 +57,9 @@ MERGED_PATCH_MODELS = (
     MergedModel("lighton_ocr", "LightOnOcr", ("80eeb543d19e", "b3c7884372fe"), "lighton_features_one_element",
                 ("transformers>=5",)),
 )
-#: The versions each of those models' merger row applies to (its earliest features row's).
-MERGER_REQUIRES = {"mistral3": ("transformers>=4.56",), "mistral_large4": ("transformers>=5.13",),
-                   "lighton_ocr": ("transformers>=5",)}
+#: The versions each of those models' merger row applies to: from its earliest features row's lower bound on (the
+#: merger's source is the same on every version that has it).
+MERGER_REQUIRES = {row.model: (row.requires[0].split(",")[0],) for row in reversed(MERGED_PATCH_MODELS)}
 
 ROWS = (
     PatchSpec(
