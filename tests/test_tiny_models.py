@@ -121,6 +121,17 @@ def test_a_constructor_argument_the_config_aliases_keeps_its_tiny_value():
         assert {name: getattr(config, name) for name in sizes} == sizes, model_type
 
 
+def test_linear_attention_heads_are_tiny():
+    """Kimi-Linear's and Bailing-hybrid's linear attention has heads of its own (32 of 128 by default): left at
+    that, one model took longer than the sweep's whole budget per architecture."""
+    for model_type in ("kimi_linear", "bailing_hybrid"):
+        if model_type not in CONFIG_MAPPING_NAMES:
+            continue  # a model of later transformers than this one
+        config = tiny.tiny_config(model_type)
+        # Bailing-hybrid derives them from its attention's (a head of 8 there)
+        assert config.linear_num_heads == tiny.HEADS and config.linear_head_dim <= tiny.HEAD_DIM, model_type
+
+
 def test_sizes_are_consistent_where_the_model_derives_them():
     deepseek = tiny.tiny_config("deepseek_v3")
     assert deepseek.qk_head_dim == deepseek.qk_nope_head_dim + deepseek.qk_rope_head_dim
