@@ -103,6 +103,18 @@ def assert_same_outputs(got, expected, **tolerance) -> None:
         torch.testing.assert_close(g, e, **tolerance)
 
 
+def assert_onnx_runs_match(program, model, runs, **tolerance) -> None:
+    """onnxruntime runs the ONNX ``program`` on each input set of ``runs`` (keyword inputs), every output leaf and the
+    structure compared with eager's."""
+    from autopatch import onnx_inputs
+
+    for inputs in runs:
+        got = onnx_inputs.run(program, **copy.deepcopy(inputs))
+        with torch.no_grad():
+            expected = model(**copy.deepcopy(inputs))
+        assert_same_outputs(got, expected, **tolerance)
+
+
 def _selection(case: Proof, with_rows: bool) -> str:
     if with_rows:
         return ",".join([*case.beside, *case.rows])

@@ -6,6 +6,8 @@ each step, and the three input sets differ in batch and sequence."""
 import pytest
 import torch
 
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
 from autopatch.models import builders, tiny
 from conftest import requires
 
@@ -104,6 +106,30 @@ def test_a_default_config_of_one_expert_becomes_a_tiny_mixture():
     _arch("causal", "hunyuan_v1_moe")
     config = tiny.tiny_config("hunyuan_v1_moe")
     assert (config.num_experts, config.moe_topk) == (4, 2)
+
+
+def test_a_constructor_argument_the_config_aliases_keeps_its_tiny_value():
+    """transformers 5 configs take some sizes under a name their attribute_map aliases (Qwen3-MoE's constructor
+    takes num_experts, stored as num_local_experts): the rebuild read the stored names only and put the default
+    back, 128 experts for Qwen3-MoE, 256 for Kimi-Linear (whose sweep then timed out), 24 tower layers for Inkling."""
+    assert tiny.tiny_config("qwen3_moe").num_experts == 4
+    for model_type, sizes in [("kimi_linear", {"num_experts": 4, "n_group": 1}),
+                              ("inkling_vision", {"num_hidden_layers": 2})]:
+        if model_type not in CONFIG_MAPPING_NAMES:
+            continue  # a model of later transformers than this one
+        config = tiny.tiny_config(model_type)
+        assert {name: getattr(config, name) for name in sizes} == sizes, model_type
+
+
+def test_linear_attention_heads_are_tiny():
+    """Kimi-Linear's and Bailing-hybrid's linear attention has heads of its own (32 of 128 by default): left at
+    that, one model took longer than the sweep's whole budget per architecture."""
+    for model_type in ("kimi_linear", "bailing_hybrid"):
+        if model_type not in CONFIG_MAPPING_NAMES:
+            continue  # a model of later transformers than this one
+        config = tiny.tiny_config(model_type)
+        # Bailing-hybrid derives them from its attention's (a head of 8 there)
+        assert config.linear_num_heads == tiny.HEADS and config.linear_head_dim <= tiny.HEAD_DIM, model_type
 
 
 def test_sizes_are_consistent_where_the_model_derives_them():

@@ -150,9 +150,9 @@ SIZES = {
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                      "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder",
                      "encoder_num_attention_heads", "decoder_num_attention_heads", "speech_encoder_attention_heads",
-                     "t2u_encoder_attention_heads", "t2u_decoder_attention_heads"), HEADS),
+                     "t2u_encoder_attention_heads", "t2u_decoder_attention_heads", "linear_num_heads"), HEADS),
     **dict.fromkeys(("head_dim", "d_kv", "kv_channels", "d_head", "attention_head_dim", "global_head_dim",
-                     "mamba_headdim", "linear_key_head_dim", "linear_value_head_dim", "v_head_dim",
+                     "mamba_headdim", "linear_key_head_dim", "linear_value_head_dim", "linear_head_dim", "v_head_dim",
                      "hidden_size_per_layer_input"), HEAD_DIM),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
                      "mlp_dim", "d_inner", "ffn_hidden_size", "dense_intermediate_size",
@@ -176,7 +176,7 @@ LAYER_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_de
 EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
                 "zero_expert_num")
 TOPK_NAMES = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "router_topk", "moe_k")
-GROUP_NAMES = ("n_group", "topk_group", "n_groups", "mamba_n_groups", "num_groups")
+GROUP_NAMES = ("n_group", "topk_group", "n_groups", "mamba_n_groups", "num_groups", "num_expert_group")
 # An int that says how many of the first layers are of one kind (dense before MoE): a per-layer pattern.
 LEADING_LAYER_COUNTS = ("first_k_dense_replace", "num_dense_layers", "first_dense_layers", "moe_layer_start_index")
 # Sizes some default configs leave None although their model reads them as ints (Nemotron's kv heads, Hunyuan's
@@ -585,7 +585,15 @@ def _rebuild(config, per_layer: dict) -> None:
     derives from them follows; kept as it is when the constructor refuses.  ``per_layer``: transformers 5's
     per-layer overrides of the kept layers, given back."""
     stored = _stored(config)
-    kwargs = {name: stored[name] for name in dict.fromkeys(_init_names(type(config))) if name in stored}
+    # A constructor argument that the config's attribute_map aliases (Kimi-Linear's num_local_experts, Inkling's
+    # vision num_hidden_layers) is stored under the name it maps to: read from there, or the rebuild would put the
+    # default back (384 experts, 24 layers).
+    aliases = getattr(type(config), "attribute_map", None) or {}
+    kwargs = {}
+    for name in dict.fromkeys(_init_names(type(config))):
+        where = name if name in stored else aliases.get(name)
+        if where in stored:
+            kwargs[name] = stored[where]
     if per_layer:
         kwargs["per_layer_config"] = per_layer
     try:

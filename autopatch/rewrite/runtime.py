@@ -308,3 +308,167 @@ def block_diagonal_mask(cu_seqlens, like):
     same = segment[:, None] == segment[None, :]
     blocked = torch.zeros(same.shape, dtype=like.dtype, device=like.device)
     return blocked.masked_fill(~same, torch.finfo(like.dtype).min)[None, None]
+
+
+# --- LLaVA-NeXT's "anyres" images -------------------------------------------------------------------------------
+# Each image is resized to one of the config's grid pinpoints (the one that keeps most of its pixels, then wastes
+# least), cut into tiles of the tower's size, plus one thumbnail tile. transformers computes each image's choice
+# in Python from ``image_sizes.tolist()`` and loops over the images: a program would fix both the image sizes and
+# the number of images. The helpers below compute the same choice, the same tiles and the same packed features
+# with tensor operations over all images at once (sizes read from ``image_sizes`` are data, not constants).
+
+
+def _best_pinpoints(image_sizes, pinpoints):
+    """``select_best_resolution`` for every image: ``[images, 2]`` (height, width) of the chosen pinpoint. In
+    float64, the operations in the order transformers' Python does them (the same doubles), ties to the first."""
+    torch = _torch()
+    sizes = image_sizes.to(torch.float64)
+    height, width = sizes[:, 0:1], sizes[:, 1:2]
+    pins = torch.tensor(pinpoints, dtype=torch.float64, device=image_sizes.device)
+    pin_height, pin_width = pins[:, 0], pins[:, 1]
+    scale = torch.minimum(pin_width / width, pin_height / height)
+    effective = torch.minimum(torch.floor(width * scale) * torch.floor(height * scale), width * height)
+    wasted = pin_width * pin_height - effective
+    best = effective == effective.max(dim=1, keepdim=True).values
+    wasted = torch.where(best, wasted, torch.full_like(wasted, float("inf")))
+    best &= wasted == wasted.min(dim=1, keepdim=True).values
+    return pins.to(torch.int64)[best.to(torch.int8).argmax(dim=1)]  # argmax: the first of equal maxima
+
+
+def anyres_tile_counts(image_sizes, pinpoints, tile: int):
+    """``image_size_to_num_patches`` of every image: the tiles of its pinpoint (a partial tile counts) plus the
+    thumbnail, as a tensor."""
+    chosen = _best_pinpoints(image_sizes, pinpoints)
+    return (-(-chosen[:, 0] // tile)) * (-(-chosen[:, 1] // tile)) + 1
+
+
+def anyres_tiles(pixel_values, counts):
+    """``[images, max tiles, C, H, W]`` padded tiles -> the first ``counts[i]`` tiles of each image, in order."""
+    torch = _torch()
+    kept = torch.arange(pixel_values.shape[1], device=pixel_values.device)[None, :] < counts[:, None]
+    return pixel_values[kept]
+
+
+def _round7_floor(value):
+    """``int(round(value, 7))`` for positive float64 values: equal except for a value within about 1e-13 of a
+    rounding tie at the 7th decimal (Python rounds the exact decimal, this the scaled double)."""
+    torch = _torch()
+    return torch.floor(torch.round(value * 1e7) / 1e7).to(torch.int64)
+
+
+def anyres_pack(features, image_sizes, counts, config, newline):
+    """LLaVA-NeXT's ``pack_image_features`` over all images at once. ``features``: ``[tiles, tokens, dim]`` of
+    every image's tiles in order (thumbnail first), ``counts``: tiles per image. Per image, the thumbnail's tokens,
+    then the tiles' tokens laid out on the pinpoint's grid with the resize padding cut away (``unpad_image``),
+    a ``newline`` after each row; all images concatenated. Returns ``([features], lengths)``: one list element,
+    which the caller concatenates to the same tensor."""
+    torch = _torch()
+    device = features.device
+    side = config.vision_config.image_size // config.vision_config.patch_size  # tokens per tile side
+    tile = config.vision_config.image_size
+    torch._check(features.shape[1] == side * side, lambda: "anyres packing needs side*side tokens per tile "
+                 "(vision_feature_select_strategy 'default' on a tower with a CLS token)")
+    chosen = _best_pinpoints(image_sizes, config.image_grid_pinpoints)
+    rows_of_tiles, cols_of_tiles = chosen[:, 0] // tile, chosen[:, 1] // tile
+    height, width = rows_of_tiles * side, cols_of_tiles * side  # the grid of tokens, padding included
+    first = torch.cumsum(counts, 0) - counts  # each image's thumbnail tile
+
+    # unpad_image: the axis the resize padded, and how much of it to cut on each side
+    original = image_sizes.to(torch.float64)
+    original_height, original_width = original[:, 0], original[:, 1]
+    wider = original_width / original_height > width.to(torch.float64) / height.to(torch.float64)
+    new_height = _round7_floor(original_height * (width.to(torch.float64) / original_width))
+    new_width = _round7_floor(original_width * (height.to(torch.float64) / original_height))
+    row_pad = torch.where(wider, torch.div(height - new_height, 2, rounding_mode="floor"), 0)
+    col_pad = torch.where(wider, 0, torch.div(width - new_width, 2, rounding_mode="floor"))
+
+    # one canvas per image, the largest grid any pinpoint gives, one more column for the newline
+    max_height = max(h // tile for h, _ in config.image_grid_pinpoints) * side
+    max_width = max(w // tile for _, w in config.image_grid_pinpoints) * side
+    y = torch.arange(max_height, device=device)[None, :, None]
+    x = torch.arange(max_width + 1, device=device)[None, None, :]
+    per_image = (lambda t: t[:, None, None])
+    row_kept = (y >= per_image(row_pad)) & (y < per_image(height - row_pad))
+    in_grid = (x < per_image(width)) & (x >= per_image(col_pad)) & (x < per_image(width - col_pad))
+    tile_of = per_image(first) + 1 + (y // side) * per_image(cols_of_tiles) + torch.clamp(x, max=max_width - 1) // side
+    token = tile_of * side * side + (y % side) * side + torch.clamp(x, max=max_width - 1) % side
+    newline_index = features.shape[0] * side * side
+    has_newline = newline is not None
+    grid_valid = row_kept & (in_grid | ((x == max_width) & has_newline))
+    grid_source = torch.where(x == max_width, newline_index, token)
+
+    thumbnail = first[:, None] * side * side + torch.arange(side * side, device=device)[None, :]
+    valid = torch.cat([torch.ones_like(thumbnail, dtype=torch.bool), grid_valid.flatten(1)], dim=1)
+    source = torch.cat([thumbnail, grid_source.flatten(1)], dim=1)
+    table = features.reshape(-1, features.shape[-1])
+    if has_newline:
+        table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
+    packed = table[source[valid]]
+    return [packed], valid.sum(dim=1)
+
+
+# --- Pixtral's images of any size (Mistral 3, LightOnOCR, Mistral Large 4) ---------------------------------------
+# Pixtral's tower takes a batch of images padded to the largest and ``image_sizes``; it cuts each image's patches
+# out in a Python loop and builds a block mask from the per-image lengths, and Mistral 3's patch merger splits and
+# reshapes image by image: a program would fix the images' sizes and count. The helpers keep the padded batch and
+# a mask of each image's own patches, and select with it: the same patches, positions and blocks, in the same order.
+
+
+def pixtral_patches(patch_embeds, image_sizes, patch_size):
+    """``(patch_embeds, kept)``: the convolved batch ``[images, dim, rows, cols]`` and which of its patches belong
+    to each image (the top-left ``height // patch_size`` by ``width // patch_size``, what the loop slices)."""
+    torch = _torch()
+    rows = torch.arange(patch_embeds.shape[-2], device=patch_embeds.device)[None, :, None]
+    cols = torch.arange(patch_embeds.shape[-1], device=patch_embeds.device)[None, None, :]
+    if not is_tensor(image_sizes):  # the tower's own default, every image its full padded size
+        return patch_embeds, (rows >= 0) & (cols >= 0) & torch.ones(patch_embeds.shape[0], 1, 1, dtype=torch.bool,
+                                                                     device=patch_embeds.device)
+    sizes = image_sizes.to(patch_embeds.device)
+    kept = (rows < (sizes[:, 0] // patch_size)[:, None, None]) & (cols < (sizes[:, 1] // patch_size)[:, None, None])
+    return patch_embeds, kept
+
+
+def pixtral_sequence(patches):
+    """Every image's patches, row by row, one image after the other: ``[1, patches, dim]``."""
+    torch = _torch()
+    patch_embeds, kept = patches
+    sequence = patch_embeds.permute(0, 2, 3, 1)[kept].unsqueeze(0)
+    # transformers' sdpa attention tests ``patches > 1`` before it looks at the (given) mask, which a count known
+    # only from data cannot answer: stated here, a run-time check that refuses one image of a single patch. No
+    # message: under strict=True Dynamo keeps a message function as a graph attribute, which export then fails on.
+    torch._check(sequence.shape[1] >= 2)
+    return sequence
+
+
+def _pixtral_grid(patches):
+    torch = _torch()
+    patch_embeds, kept = patches
+    shape = kept.shape
+    row = torch.arange(shape[1], device=kept.device)[None, :, None].expand(shape)
+    col = torch.arange(shape[2], device=kept.device)[None, None, :].expand(shape)
+    image = torch.arange(shape[0], device=kept.device)[:, None, None].expand(shape)
+    return row[kept], col[kept], image[kept]
+
+
+def pixtral_positions(patches):
+    """5.x: each patch's (row, column) within its own image, ``[patches, 2]``."""
+    row, col, _ = _pixtral_grid(patches)
+    return _torch().stack([row, col], dim=-1)
+
+
+def pixtral_positions_flat(patches, max_width):
+    """4.x ``position_ids_in_meshgrid``: ``row * max_width + column`` of each patch within its own image."""
+    row, col, _ = _pixtral_grid(patches)
+    return row * max_width + col
+
+
+def pixtral_block_mask(patches, tensor):
+    """``generate_block_attention_mask``: a patch attends only to the patches of its own image,
+    ``[batch, 1, patches, patches]`` (0 or the dtype's minimum)."""
+    torch = _torch()
+    _, _, image = _pixtral_grid(patches)
+    same = image[:, None] == image[None, :]
+    blocked = torch.zeros(same.shape, dtype=tensor.dtype, device=tensor.device)
+    mask = blocked.masked_fill(~same.to(tensor.device), torch.finfo(tensor.dtype).min)
+    return mask[None, None].expand(tensor.shape[0], 1, -1, -1)
+

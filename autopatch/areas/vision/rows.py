@@ -7,8 +7,8 @@ from __future__ import annotations
 from ...spec import PatchSpec, table_row
 
 #: Vision-language models and the class holding their get_placeholder_mask: on 4.x Llava's source in each, on
-#: 5.0-5.11 another source shared by all of them (each failed without its row on 4.57.6 and 5.3.0). Measured:
-#: mistral3 fails first in Pixtral's vision tower (data-dependent image sizes): not listed.
+#: 5.0-5.11 another source shared by all of them (each failed without its row on 4.57.6 and 5.3.0). Mistral 3's is
+#: Llava's on 4.x too, but only its 4.x row is proven (with the Pixtral rows below): a row of its own.
 PlaceholderModel = table_row("PlaceholderModel", ("model", "owner"))
 PLACEHOLDER_MASK_MODELS = (
     PlaceholderModel("llava", "LlavaModel"),
@@ -31,6 +31,35 @@ IDEFICS_4X = (
     # SmolVLM: 4.57 only (see SmolVLM 5.x below).
     IdeficsModel("smolvlm", "SmolVLM", ("b1325e7e4dfe",), "smolvlm_image_features_4x"),
 )
+
+#: LLaVA-NeXT-family VLMs whose get_image_features tiles images by LLaVA-NeXT's "anyres" code: (model, owner class,
+#: fingerprints of get_image_features on 4.57.6, 5.12.1 and 5.23.0, its rewriter). LLaVA-OneVision packs
+#: differently (it also resamples a large image down, bilinearly, to a size read from the data): not listed.
+AnyresModel = table_row("AnyresModel", ("model", "owner", "fingerprints", "rewriter"))
+ANYRES_MODELS = (
+    AnyresModel("llava_next", "LlavaNextModel", ("0a12c1ac989b", "6e3766ca7e9c", "372d091f7943"),
+                "anyres_image_features"),
+    AnyresModel("llava_next_video", "LlavaNextVideoModel", ("c647aeb3ca9d", "bae581e5bd81", "1e689551fc5d"),
+                "anyres_image_features_video"),
+)
+
+#: VLMs on Pixtral's tower whose projector merges patch blocks (Mistral3PatchMerger, one source: fc054ec47794):
+#: (model, class prefix, get_image_features fingerprints on 4.57.6, 5.12.1 and 5.23.0, its rewriter, the versions
+#: that have that source). Pixtral's own rows (the tower) serve them all.
+MergedModel = table_row("MergedModel", ("model", "prefix", "fingerprints", "rewriter", "requires"))
+MERGED_PATCH_MODELS = (
+    MergedModel("mistral3", "Mistral3", ("593b08edb652",), "merged_features_one_element_4x",
+                ("transformers>=4.56,<5",)),
+    MergedModel("mistral3", "Mistral3", ("d2f681f1dcd1", "fe300f6e450f"), "merged_features_one_element",
+                ("transformers>=5",)),
+    MergedModel("mistral_large4", "MistralLarge4", ("fe300f6e450f",), "merged_features_one_element",
+                ("transformers>=5.13",)),
+    MergedModel("lighton_ocr", "LightOnOcr", ("80eeb543d19e", "b3c7884372fe"), "lighton_features_one_element",
+                ("transformers>=5",)),
+)
+#: The versions each of those models' merger row applies to: from its earliest features row's lower bound on (the
+#: merger's source is the same on every version that has it).
+MERGER_REQUIRES = {row.model: (row.requires[0].split(",")[0],) for row in reversed(MERGED_PATCH_MODELS)}
 
 ROWS = (
     PatchSpec(
@@ -204,6 +233,120 @@ ROWS = (
         "Under export all images are embedded at once and returned as one list element (the caller "
         "concatenates the list: the same tensor).",
     ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_anyres",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_image_features",
+            mode="rewrite",
+            replacement=f"autopatch.areas.vision.vlm:{rewriter}",
+            requires=("transformers>=4.56",),
+            fingerprints=fingerprints,
+            reason=f"{owner}.get_image_features chooses each image's tile grid from image_sizes.tolist() in Python "
+            "(select_best_resolution) and keeps, splits and unpads the tiles image by image: the export stops on "
+            "'IntTrueDiv(56, u0) < IntTrueDiv(112, u1)'. Rewritten from the source: the same grids, tiles and "
+            "packing for all images at once, from the sizes as data.",
+        )
+        for model, owner, fingerprints, rewriter in ANYRES_MODELS
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_next_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.llava_next.modeling_llava_next",
+        target="LlavaNextModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_placeholder_mask",
+        requires=("transformers>=4.56,<5",),
+        # Llava's 4.x source but for the error message's feature count
+        fingerprints=("241b8afd64ff",),
+        needs=("transformers.vision.llava_next_anyres",),
+        reason="LlavaNextModel.get_placeholder_mask (4.x) checks the image token count against the features with "
+        "a Python if on a data-dependent size (guard Ne(u2, 64*u1)); under export a torch._check_tensor_all (a "
+        "runtime assertion), as for Llava.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_next_video_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.llava_next_video.modeling_llava_next_video",
+        target="LlavaNextVideoModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_next_video_placeholder_masks",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("9747035a4f6b",),
+        needs=("transformers.vision.llava_next_video_anyres",),
+        reason="The same check in LlavaNextVideoModel.get_placeholder_mask (4.x), for images and for videos.",
+    ),
+    PatchSpec(
+        id="transformers.vision.pixtral_patches",
+        family="transformers",
+        trigger="transformers.models.pixtral.modeling_pixtral",
+        target="PixtralVisionModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:pixtral_patches_loop_free",
+        requires=("transformers>=5.13",),
+        fingerprints=("c8f7de76bb38",),
+        reason="Pixtral's tower cuts each image's patches out of the padded batch in a Python loop over image_sizes, "
+        "positions and masks them image by image: the export stops on 'u1*u3 + u5*u7 > 1' (a sum of per-image "
+        "patch counts). Rewritten from the source: the batch stays whole, a mask of each image's patches selects "
+        "them; the same patches, positions and per-image attention blocks.",
+    ),
+    PatchSpec(
+        id="transformers.vision.pixtral_patches_flat_positions",
+        family="transformers",
+        trigger="transformers.models.pixtral.modeling_pixtral",
+        target="PixtralVisionModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:pixtral_patches_loop_free_flat",
+        requires=("transformers>=4.56,<5.13",),
+        fingerprints=("192be29b3001", "14ac7ddd61ad"),  # 4.57.6, 5.12.1
+        reason="The same in the PixtralVisionModel.forward of 4.x to 5.12, whose positions are "
+        "position_ids_in_meshgrid's row * max_width + column.",
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_patch_merger",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{prefix}PatchMerger.forward",
+            mode="route",
+            replacement="autopatch.areas.vision.vlm:patch_merger",
+            requires=MERGER_REQUIRES[model],
+            fingerprints=("fc054ec47794",),
+            reason=f"{prefix}PatchMerger splits the patches per image by Python ints from image_sizes and unfolds each "
+            "image's grid in a loop. Under export one gather takes every image's 2x2 (spatial_merge_size) blocks in "
+            "unfold's order.",
+        )
+        for model, prefix in dict.fromkeys((m.model, m.prefix) for m in MERGED_PATCH_MODELS)
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_merged_features{'_4x' if rewriter.endswith('_4x') else ''}",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{prefix}Model.get_image_features",
+            mode="rewrite",
+            replacement=f"autopatch.areas.vision.vlm:{rewriter}",
+            requires=requires,
+            fingerprints=fingerprints,
+            reason=f"{prefix}Model.get_image_features splits the merged features per image with Python ints, which "
+            "fixes the number of images. Rewritten from the source: one element holding every image's features "
+            "(the caller concatenates the split: the same tensor).",
+        )
+        for model, prefix, fingerprints, rewriter, requires in MERGED_PATCH_MODELS
+    ),
+    PatchSpec(
+        id="transformers.vision.mistral3_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.mistral3.modeling_mistral3",
+        target="Mistral3Model.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_placeholder_mask",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("5d873236af34",),  # Llava's 4.x source
+        reason="Mistral3Model.get_placeholder_mask (4.x) is Llava's: its Python if on a data-dependent count "
+        "becomes a torch._check_tensor_all (a runtime assertion).",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -228,8 +371,7 @@ SUMMARIES = (
             'transformers.vision.fuyu_placeholder_mask',
         ),
         "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint): a Python `if` on the number "
-        'of image tokens, a data-dependent size; a runtime check instead. (Mistral3 fails first in '
-        "Pixtral's tower: not covered.)",
+        'of image tokens, a data-dependent size; a runtime check instead.',
     ),
     (
         (
@@ -286,5 +428,26 @@ SUMMARIES = (
         ('transformers.vision.fuyu_image_features',),
         '4.x Fuyu embeds its images in a Python loop over the batch, which specializes the image count; '
         'all images at once instead.',
+    ),
+    (
+        ('transformers.vision.llava_next_anyres', 'transformers.vision.llava_next_video_anyres',
+         'transformers.vision.llava_next_placeholder_mask', 'transformers.vision.llava_next_video_placeholder_mask'),
+        "LLaVA-NeXT (and -Video) choose each image's tile grid from `image_sizes.tolist()` in Python and "
+        "keep, split and unpad the tiles image by image: the export stops on `IntTrueDiv(56, u0) < "
+        "IntTrueDiv(112, u1)`. Rewritten from the source: the same grid choice (in float64, as Python), "
+        "tiles and packing for all images at once, from the sizes as data. On 4.x their placeholder checks "
+        "become runtime assertions too, as Llava's.",
+    ),
+    (
+        ('transformers.vision.pixtral_patches', 'transformers.vision.pixtral_patches_flat_positions',
+         'transformers.vision.*_patch_merger', 'transformers.vision.*_merged_features*',
+         'transformers.vision.mistral3_placeholder_mask'),
+        "Mistral 3, LightOnOCR and Mistral Large 4 (Pixtral's tower): the tower cuts each image's patches "
+        "out of the padded batch in a Python loop over `image_sizes`, the projector merges 2x2 blocks and "
+        "the features are split image by image: the export stopped on `u1*u3 + u5*u7 > 1`. A mask of each "
+        "image's patches selects them from the whole batch (same patches, positions, attention blocks), one "
+        "gather merges every block, the features stay one tensor; 4.x Mistral 3's placeholder check is "
+        "Llava's. The program refuses a batch of one single-patch image (transformers' attention tests "
+        "`patches > 1` before its mask).",
     ),
 )

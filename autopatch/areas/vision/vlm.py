@@ -172,6 +172,25 @@ def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
 
 
+def llava_next_video_placeholder_masks(self, input_ids, inputs_embeds, image_features=None, video_features=None):
+    """LlavaNextVideoModel.get_placeholder_mask (4.x): the image and the video masks, each size check as
+    ``torch._check_tensor_all`` (as ``llava_placeholder_mask``)."""
+    masks = []
+    for token_id, features in ((self.config.image_token_id, image_features),
+                               (self.config.video_token_id, video_features)):
+        if input_ids is None:
+            embedding = self.get_input_embeddings()(
+                torch.tensor(token_id, dtype=torch.long, device=inputs_embeds.device))
+            mask = (inputs_embeds == embedding).all(-1)
+        else:
+            mask = input_ids == token_id
+        if features is not None:
+            torch._check_tensor_all(mask.sum() * inputs_embeds.shape[-1] == features.numel(),
+                                    lambda: "Image or video features and their tokens do not match")
+        masks.append(mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device))
+    return tuple(masks)
+
+
 def placeholder_check_on_token_count(get_placeholder_mask):
     """A rewriter for the ``get_placeholder_mask`` of 5.0-5.11 (one source in Llava, Gemma3 and most VLMs built on
     them). Its check ``inputs_embeds[special_image_mask].numel() == image_features.numel()`` sizes a boolean
@@ -310,3 +329,152 @@ def smolvlm_merger_check(inputs_merger):
         "torch._check_tensor_all(num_image_tokens % patch_size == 0, "
         "lambda: 'At least one sample has <image> tokens not divisible by patch_size.')",
     })
+
+
+#: LLaVA-NeXT's get_image_features (4.57 and 5.x; LLaVA-NeXT-Video's too): what fixes the images' sizes and count
+#: to the traced ones, and the loop-free computation each becomes (``autopatch.rewrite.runtime``'s anyres helpers).
+_ANYRES_SUBSTITUTIONS = {
+    "image_num_patches = [image_size_to_num_patches(image_size=imsize, grid_pinpoints="
+    "self.config.image_grid_pinpoints, patch_size=self.config.vision_config.image_size) for imsize in image_sizes]":
+        "image_num_patches = __autopatch_rt.anyres_tile_counts(image_sizes, self.config.image_grid_pinpoints, "
+        "self.config.vision_config.image_size)",
+    "[pix_val[:num_patch] for pix_val, num_patch in zip(pixel_values, image_num_patches)]":
+        "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
+    "torch.split(image_features, image_num_patches, dim=0)": "image_features",
+}
+_ANYRES_PACK = ("__autopatch_rt.anyres_pack(image_features, image_sizes, image_num_patches, self.config, "
+                "self.image_newline)")
+
+
+def anyres_image_features(get_image_features):
+    """A rewriter for LLaVA-NeXT's ``get_image_features``: each image's tile count and grid come from
+    ``image_sizes.tolist()`` through Python's ``select_best_resolution``, and the tiles are kept, split and packed
+    image by image, so a program would only take the traced image sizes and number of images (the export stops on
+    ``IntTrueDiv(56, u0) < IntTrueDiv(112, u1)``). Rewritten from the source: the same choice, tiles and packing
+    for all images at once, from the sizes as data; the features come back as one list element, which the caller
+    concatenates to the same tensor."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {**_ANYRES_SUBSTITUTIONS, (
+        "self.pack_image_features(image_features, image_sizes, vision_feature_select_strategy="
+        "vision_feature_select_strategy, image_newline=self.image_newline)"): _ANYRES_PACK})
+
+
+def anyres_image_features_video(get_image_features):
+    """The same for LLaVA-NeXT-Video's, which passes the feature strategy to ``pack_image_features`` by position."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {**_ANYRES_SUBSTITUTIONS, (
+        "self.pack_image_features(image_features, image_sizes, vision_feature_select_strategy, "
+        "image_newline=self.image_newline)"): _ANYRES_PACK})
+
+
+def merged_patches(image_features, image_sizes, patch_size, merge):
+    """Mistral 3's patch merger before its linear layer, for all images at once: each image's patch grid
+    (``height // patch_size`` by ``width // patch_size``) cut into ``merge`` x ``merge`` blocks (a partial block at
+    the edge dropped, as ``unfold`` does), each block's patches concatenated channel-major (``unfold``'s order),
+    blocks row by row, one image after the other: ``[blocks, dim * merge**2]``."""
+    device = image_features.device
+    sizes = torch.as_tensor(image_sizes, device=device)
+    rows, cols = sizes[:, 0] // patch_size, sizes[:, 1] // patch_size
+    first_patch = torch.cumsum(rows * cols, 0) - rows * cols
+    block_cols = cols // merge
+    blocks = (rows // merge) * block_cols
+    image = torch.repeat_interleave(torch.arange(sizes.shape[0], device=device), blocks)
+    local = torch.arange(image.shape[0], device=device) - (torch.cumsum(blocks, 0) - blocks)[image]
+    block_row, block_col = local // block_cols[image], local % block_cols[image]
+    offset = torch.arange(merge, device=device)
+    row = block_row[:, None, None] * merge + offset[None, :, None]  # [blocks, merge, 1]
+    col = block_col[:, None, None] * merge + offset[None, None, :]  # [blocks, 1, merge]
+    source = first_patch[image][:, None, None] + row * cols[image][:, None, None] + col  # [blocks, merge, merge]
+    gathered = image_features[source.flatten(1)]  # [blocks, merge**2, dim]
+    return gathered.transpose(1, 2).flatten(1)
+
+
+def patch_merger(self, image_features, image_sizes):
+    """Mistral3PatchMerger.forward (and its copies in LightOnOCR and Mistral Large 4): the merge of each image's
+    patch blocks without the loop over images and ``split`` by per-image counts (``merged_patches``), then the
+    same linear layer."""
+    return self.merging_layer(merged_patches(image_features, image_sizes, self.patch_size, self.spatial_merge_size))
+
+
+#: Pixtral's forward (4.57 and 5.x): the per-image loop that cuts each image's patches out of the padded batch, what
+#: flattens, positions and masks them, and the loop-free equivalents (``autopatch.rewrite.runtime``'s pixtral helpers).
+_PIXTRAL_SUBSTITUTIONS = {
+    "[embed[..., :size[0] // self.patch_size, :size[1] // self.patch_size] for embed, size in "
+    "zip(patch_embeds, image_sizes)]": "__autopatch_rt.pixtral_patches(patch_embeds, image_sizes, self.patch_size)",
+    "torch.cat([p.flatten(1).T for p in patch_embeds_list], dim=0).unsqueeze(0)":
+        "__autopatch_rt.pixtral_sequence(patch_embeds_list)",
+    "generate_block_attention_mask([p.shape[-2] * p.shape[-1] for p in patch_embeds_list], patch_embeds)":
+        "__autopatch_rt.pixtral_block_mask(patch_embeds_list, patch_embeds)",
+}
+_PIXTRAL_POSITIONS = """
+for patch in patch_embeds_list:
+    hpos_ids, wpos_ids = torch.meshgrid(torch.arange(patch.shape[-2], device=patch.device),
+                                        torch.arange(patch.shape[-1], device=patch.device), indexing="ij")
+    position_ids.append(torch.stack([hpos_ids.flatten(), wpos_ids.flatten()], dim=-1))
+"""
+
+
+def pixtral_patches_loop_free(forward):
+    """A rewriter for 5.13+ ``PixtralVisionModel.forward``: the images' patches are cut out, positioned and masked
+    image by image from ``image_sizes`` (the export stops on ``u1*u3 + u5*u7 > 1``, a sum of per-image patch
+    counts). Rewritten from the source: the padded batch stays whole and a mask of each image's own patches selects
+    them, the same patches, (row, column) positions and per-image attention blocks in the same order."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(forward, {
+        **_PIXTRAL_SUBSTITUTIONS,
+        _PIXTRAL_POSITIONS.strip(): "position_ids.append(__autopatch_rt.pixtral_positions(patch_embeds_list))",
+    })
+
+
+def pixtral_patches_loop_free_flat(forward):
+    """The same for 4.x to 5.12, whose positions are ``position_ids_in_meshgrid``'s ``row * max_width + column``."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(forward, {
+        **_PIXTRAL_SUBSTITUTIONS,
+        "position_ids_in_meshgrid(patch_embeds_list, max_width=self.config.image_size // self.config.patch_size)":
+            "__autopatch_rt.pixtral_positions_flat(patch_embeds_list, self.config.image_size // "
+            "self.config.patch_size)",
+    })
+
+
+#: The merged features ``[blocks, dim]`` as one element. Not ``squeeze(0)`` as the split reads them: on a count known
+#: only from data, torch.onnx translates that squeeze into an ONNX Squeeze, which fails unless the count is 1.
+_MERGED_WHOLE = "(image_features.reshape(-1, image_features.shape[-1]),)"
+
+#: How Mistral 3 and its kin split the merged features per image (a list of Python ints, one per image: it fixes
+#: the number of images), by version and model; the caller concatenates the split, so one element does.
+_MERGED_SPLITS = {
+    "mistral3": ("split_sizes = (torch.as_tensor(image_sizes, device=image_features.device) // downsample_ratio)"
+                 ".prod(dim=-1).tolist()", "torch.split(image_features.squeeze(0), split_sizes)", _MERGED_WHOLE),
+    "mistral3_4x": ("split_sizes = [height // downsample_ratio * (width // downsample_ratio) for height, width in "
+                    "image_sizes]", "torch.split(image_features.squeeze(0), split_sizes)", _MERGED_WHOLE),
+    "lighton_ocr": ("split_sizes = [height // downsample_ratio * (width // downsample_ratio) for height, width in "
+                    "image_sizes]", "torch.split(image_features, split_sizes)", "(image_features,)"),
+}
+
+
+def _merged_features_one_element(get_image_features, kind: str):
+    from ...kit import substitute_expressions
+
+    sizes, split, whole = _MERGED_SPLITS[kind]
+    return substitute_expressions(get_image_features, {sizes: "pass", split: whole})
+
+
+def merged_features_one_element(get_image_features):
+    """A rewriter for 5.x ``Mistral3Model.get_image_features`` (Mistral Large 4's is the same): the features split
+    per image with ``.tolist()`` sizes become one element holding all of them (the caller concatenates)."""
+    return _merged_features_one_element(get_image_features, "mistral3")
+
+
+def merged_features_one_element_4x(get_image_features):
+    """The same for 4.x, whose split sizes come from a Python loop over ``image_sizes``."""
+    return _merged_features_one_element(get_image_features, "mistral3_4x")
+
+
+def lighton_features_one_element(get_image_features):
+    """The same for LightOnOCR's (5.x), which splits the projected features without a leading batch dim."""
+    return _merged_features_one_element(get_image_features, "lighton_ocr")

@@ -1,0 +1,1 @@
+"""Learned position embeddings whose position ids a model counts from the attention mask."""

@@ -1,0 +1,25 @@
+"""Rewriters for the rows of ``positions/rows.py``.
+
+``position_ids[:, past:]`` and ``position_ids[:, -new:]`` hold the same positions whenever the attention mask is
+``past + new`` long, which is what transformers asks of it (and what eager needs: the positions are added to the
+new tokens' embeddings). The second is sized by the input itself, so the program's shapes stay those of the
+inputs and torch has no difference of sizes to guard on.
+"""
+
+from __future__ import annotations
+
+
+def _keep_last(function, cut: str, new_tokens: str):
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(function, {f"position_ids[:, {cut}:]": f"position_ids[:, -{new_tokens}:]"})
+
+
+def opt_new_positions(forward):
+    """OPTDecoder.forward (4.57 and 5.x): ``position_ids[:, past_seen_tokens:]``."""
+    return _keep_last(forward, "past_seen_tokens", "inputs_embeds.shape[1]")
+
+
+def biogpt_new_positions(forward):
+    """4.x BioGptModel.forward: ``position_ids[:, past_key_values_length:]``."""
+    return _keep_last(forward, "past_key_values_length", "inputs_embeds.shape[1]")

@@ -1,0 +1,54 @@
+"""The rows of this area. Models with learned position embeddings (OPT, 4.x BioGPT) count each token's position from
+the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
+``position_ids[:, past:]``.
+"""
+
+from __future__ import annotations
+
+from ...spec import PatchSpec
+
+REASON = (
+    "A decode step traced with several new tokens refuses one-token steps ('Guard failed: batch * (mask length - "
+    "past) >= 2'): the positions of the new tokens are cut from the mask's, position_ids[:, past:], a length "
+    "torch knows only as 'mask length - past', not as the number of new tokens, and its contiguity checks "
+    "guard on that difference's traced value. Rewritten from the source to keep the last positions, as many as "
+    "there are new tokens: the same ones, since the attention mask covers the past and the new tokens."
+)
+
+ROWS = (
+    PatchSpec(
+        id="transformers.positions.opt",
+        family="transformers",
+        trigger="transformers.models.opt.modeling_opt",
+        target="OPTDecoder.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.positions.learned:opt_new_positions",
+        requires=("transformers>=4.56",),
+        fingerprints=("5b185ed40720", "367fbf0c8272", "ebbdaeecb8bc"),  # 4.57.6, 5.12.1, 5.23.0
+        reason=REASON,
+    ),
+    PatchSpec(
+        id="transformers.positions.biogpt",
+        family="transformers",
+        trigger="transformers.models.biogpt.modeling_biogpt",
+        target="BioGptModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.positions.learned:biogpt_new_positions",
+        # 5.x BioGPT counts positions with arange (no cut): only 4.x needs this
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("0a66c2359821",),  # 4.57.6
+        reason=REASON,
+    ),
+)
+
+#: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
+#: (ids or globs, what and why). Every row is named by exactly one line.
+SUMMARIES = (
+    (
+        ('transformers.positions.opt', 'transformers.positions.biogpt'),
+        "OPT (and 4.x BioGPT) decode steps traced with several new tokens refused one-token steps "
+        "(`batch * (mask length - past) >= 2`): the new tokens' positions were cut from the mask's as "
+        "`position_ids[:, past:]`, a length torch did not know to be the token count. The last positions, "
+        "as many as the new tokens, instead: the same values.",
+    ),
+)

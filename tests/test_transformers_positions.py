@@ -1,0 +1,69 @@
+"""transformers.positions.* : OPT (4.57 and 5.x) and 4.x BioGPT count their learned positions from the attention mask
+and cut the new tokens' with ``position_ids[:, past:]``.
+
+A decode step traced with several new tokens (the usual export of a step that takes a chunk, or speculative
+tokens) exports without the rows, but its program refuses every one-token step: torch guarded on the traced value
+of "mask length - past" while checking contiguity. With the rows the program runs one-token and longer steps, left
+padding included, and matches eager (logits and every cache tensor); ONNX through onnxruntime too."""
+
+
+import pytest
+import torch
+
+import proving
+from autopatch.models import tiny
+from conftest import requires
+from proving import Proof
+
+# (model type, row, the transformers versions that need it): 5.x BioGPT counts positions with arange, no cut.
+MODELS = [
+    ("opt", "transformers.positions.opt", "transformers>=4.56"),
+    ("biogpt", "transformers.positions.biogpt", "transformers<5"),
+]
+
+
+def decode(model, batch, past, new, seed):
+    """A decode step of ``new`` tokens after a ``past``-token prompt (the first one left-padded by 2 when
+    ``batch`` > 1), its cache from the model's own eager prefill, the mask covering past and new tokens."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 120, (batch, past + new), generator=g)
+    mask = torch.ones_like(ids)
+    if batch > 1:
+        mask[0, :2] = 0
+    with torch.no_grad():
+        cache = model(input_ids=ids[:, :past], attention_mask=mask[:, :past], use_cache=True).past_key_values
+    return {"input_ids": ids[:, past:], "attention_mask": mask, "past_key_values": cache}
+
+
+def case(model_type, row):
+    def build_case():
+        model = tiny.build(tiny.architecture(model_type, "causal"))
+        # one-token steps (batch 1 and a padded batch of 4) and a longer chunk than traced
+        runs = [decode(model, 1, 6, 1, 2), decode(model, 4, 3, 1, 3), decode(model, 2, 7, 4, 4)]
+        return model, decode(model, 2, 5, 3, 0), decode(model, 3, 4, 2, 1), runs
+
+    return Proof(f"{model_type}/decode", build_case, rows=(row,), beside=("all",), fails_with="Guard failed",
+                 fails_at_run=True)
+
+
+def _params():
+    return [pytest.param(model_type, row, marks=requires(needed), id=model_type)
+            for model_type, row, needed in MODELS]
+
+
+@pytest.mark.parametrize("model_type,row", _params())
+def test_one_token_steps_are_refused_without_the_row(make_agent, model_type, row):
+    proving.fails_without(case(model_type, row), make_agent)
+
+
+@pytest.mark.parametrize("model_type,row", _params())
+def test_the_program_runs_every_step_length_and_matches_eager_with_the_row(make_agent, model_type, row):
+    proving.exports_with(case(model_type, row), make_agent)
+
+
+@pytest.mark.parametrize("model_type,row", _params())
+def test_onnx_runs_one_token_steps_and_matches_eager(make_agent, onnx_extra, model_type, row):
+    """Converted from the same two sets, onnxruntime runs the one-token steps, every leaf compared."""
+    model, traced, other, runs = case(model_type, row).build()
+    make_agent()
+    proving.assert_onnx_runs_match(proving.export_onnx(model, traced, other), model, runs[:2], rtol=1e-4, atol=1e-5)
