@@ -1,7 +1,8 @@
 """transformers.mamba.* / transformers.falcon_mamba.*: Mamba prefill (use_cache=False) exports with dynamic batch
 and sequence, and matches eager at other sizes; without the patch the sequence length is specialized. Also the
-gated delta net's prefill (transformers.<model>.gated_delta_scan: Qwen3-Next, Qwen3.5, Qwen3.5-MoE, OlmoHybrid),
-whose program is one chunk long without its row."""
+gated delta net's prefill (transformers.<model>.gated_delta_scan: Qwen3-Next, Qwen3.5, Qwen3.5-MoE, OlmoHybrid)
+and Kimi delta attention's (transformers.<model>.kda_scan: Kimi-Linear, Bailing-hybrid), whose program is one
+chunk long without its row."""
 
 import copy
 
@@ -133,6 +134,12 @@ def test_fingerprints_match_the_installed_version(agent):
 
 GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13"))
                for m in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")]
+# Kimi delta attention: the same loop with a decay per channel (transformers.<model>.kda_scan).
+KDA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13")) for m in ("kimi_linear", "bailing_hybrid")]
+SCAN_ROW = {**dict.fromkeys(("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid"), "gated_delta_scan"),
+            "kimi_linear": "kda_scan", "bailing_hybrid": "kda_scan"}
+
+
 def gated_delta_case(name):
     def build_case():
         runs = [{"input_ids": ids(batch, seq, batch * 100 + seq)}  # across chunk boundaries: 1 to 3 chunks of 64
@@ -140,11 +147,11 @@ def gated_delta_case(name):
         return build(name), {"input_ids": ids(2, 8, 1)}, {"input_ids": ids(3, 5, 2)}, runs
 
     # Without its row the prefill exports, but its guards allow one chunk only: no sequence over 64 tokens runs.
-    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.gated_delta_scan",),
+    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.{SCAN_ROW[name]}",),
                  fails_with="Guard failed", beside=(), fails_at_run=True, tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
-@pytest.mark.parametrize("name", GATED_DELTA)
+@pytest.mark.parametrize("name", GATED_DELTA + KDA)
 def test_gated_delta_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(make_agent, name):
     case = gated_delta_case(name)
     built = case.build()
@@ -178,6 +185,28 @@ def test_gated_delta_scan_equals_upstream(name):
             for got, expected in zip(rewritten(q, k, v, **kwargs), original(q, k, v, **kwargs)):
                 assert got.shape == expected.shape
                 torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", KDA)
+def test_kda_scan_equals_upstream(name):
+    """The rewritten Kimi delta attention against the original, in eager, with and without an initial state: bit for
+    bit (the same arithmetic in the same order; the extra all-padding chunk leaves the state exactly as it is)."""
+    import importlib
+
+    from autopatch.areas.state_space.scans import kda_chunks_as_scan
+
+    original = importlib.import_module(f"transformers.models.{name}.modeling_{name}").chunk_kimi_delta_attention
+    rewritten = kda_chunks_as_scan(original)
+    g = torch.Generator().manual_seed(0)
+    for seq in (1, 3, 63, 64, 65, 130):
+        for initial in (False, True):
+            q, k = (torch.randn(2, seq, 4, 8, generator=g) for _ in range(2))
+            kwargs = dict(g=-torch.rand(2, seq, 4, 8, generator=g), beta=torch.rand(2, seq, 4, generator=g),
+                          initial_state=torch.randn(2, 4, 8, 8, generator=g) if initial else None,
+                          output_final_state=True, use_qk_l2norm_in_kernel=True)
+            v = torch.randn(2, seq, 4, 8, generator=g)
+            for got, expected in zip(rewritten(q, k, v, **kwargs), original(q, k, v, **kwargs)):
+                assert got.shape == expected.shape and torch.equal(got, expected)
 
 
 # --- MiniMax's lightning attention: a cached step of several tokens ----------------------------------------------

@@ -7,7 +7,8 @@ definition for the cache, scan and validate tests (``handmade`` has the attentio
     HYBRIDS        recurrent or convolutional layers next to attention: Jamba, Bamba, GraniteMoeHybrid, FalconH1,
                    LFM2
     LINEAR         linear-attention layers next to full attention: the gated delta net (Qwen3-Next, Qwen3.5,
-                   Qwen3.5-MoE, OlmoHybrid) and MiniMax's lightning attention
+                   Qwen3.5-MoE, OlmoHybrid), Kimi delta attention (Kimi-Linear, Bailing-hybrid) and MiniMax's
+                   lightning attention
 
 ``build(name)`` returns ``(model, config)``, random weights seeded the same way each time.  ``ssm_decode_inputs``
 and ``hybrid_decode_inputs`` build a decode step from the model's own eager prefill.  Imports torch and
@@ -89,6 +90,21 @@ LINEAR = {
     # Its special tokens are outside the class defaults' range at a vocabulary of 64.
     "olmo_hybrid": Handmade("OlmoHybridConfig", "OlmoHybridForCausalLM", dict(LINEAR_LAYERS, pad_token_id=0,
                                                                               eos_token_id=1)),
+    # Kimi delta attention (linear, 4 heads of 8) then full low-rank attention; the class's MLP pattern: dense, then
+    # 4 experts (2 per token).
+    "kimi_linear": Handmade("KimiLinearConfig", "KimiLinearForCausalLM",
+                            dict(SIZES, num_key_value_heads=4, layer_types=["linear_attention", "full_attention"],
+                                 linear_head_dim=8, linear_num_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                                 qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, num_local_experts=4,
+                                 num_experts_per_tok=2, moe_intermediate_size=16, pad_token_id=0, bos_token_id=1,
+                                 eos_token_id=2)),
+    # Its layer groups (layer_group_size: the last layer of each group full attention) at two layers: linear, full;
+    # the first layers dense (first_k_dense_replace, 2 by default: both here).
+    "bailing_hybrid": Handmade("BailingHybridConfig", "BailingHybridForCausalLM",
+                               dict(SIZES, num_key_value_heads=4, head_dim=8, layer_group_size=2, kv_lora_rank=16,
+                                    qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, num_local_experts=4,
+                                    n_group=1, topk_group=1, num_experts_per_tok=2, moe_intermediate_size=16,
+                                    num_mtp_layers=0, pad_token_id=0, eos_token_id=1)),
     # The class's own layer pattern (full, linear, full, linear...) at two layers; its own block size (256), which
     # a step of a few tokens never fills.
     "minimax": Handmade("MiniMaxConfig", "MiniMaxForCausalLM",

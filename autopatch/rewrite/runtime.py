@@ -278,6 +278,30 @@ def gated_delta_chunks(new_values, k_cumdecay, query, key, intra_chunk_attn, chu
     return outputs.movedim(0, 2).contiguous(), last
 
 
+def kda_chunks(query, key, value, g, k_cumdecay, decay_mask, mask, state):
+    """The loop over chunks of ``chunk_kimi_delta_attention`` (Kimi-Linear, Bailing-hybrid: Kimi delta attention's
+    prefill) as ``torch._higher_order_ops.scan`` over the chunk axis (dim 2 of every input but
+    ``mask``), so the number of chunks, hence the sequence length, stays symbolic. Per chunk i, with the state S
+    and the log-decays g_i cumulated over the chunk per channel: output ``(q_i * exp(g_i)) @ S`` plus the chunk's
+    masked intra-attention times ``v = v_i - k_cumdecay_i @ S``, then ``S = S * exp(g_i[last]) + (k_i * exp(g_i[last]
+    - g_i))^T @ v``: the loop's arithmetic in its order. Returns ``(outputs shaped as value, last state)``."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    def step(s, xs):
+        q_i, k_i, v_i, g_i, k_cumdecay_i, decay_i = xs
+        attn_inter = (q_i * g_i.exp()) @ s
+        attn_intra = (q_i.unsqueeze(-2) * k_i.unsqueeze(-3) * decay_i).sum(dim=-1).masked_fill(mask, 0)
+        v_new = v_i - k_cumdecay_i @ s
+        out = attn_inter + attn_intra @ v_new
+        s = s * g_i[:, :, -1].exp().unsqueeze(-1) + (k_i * (g_i[:, :, -1:] - g_i).exp()).transpose(-1, -2) @ v_new
+        return s, out
+
+    chunks_first = tuple(x.movedim(2, 0) for x in (query, key, value, g, k_cumdecay, decay_mask))
+    last, outputs = scan(step, state, chunks_first)
+    return outputs.movedim(0, 2).contiguous(), last
+
+
 def decayed_linear_attention(query, key, value, state, ratio):
     """The one-token-at-a-time pass of MiniMax's lightning attention with a cache, ``for i in range(seq_len)``
     (which fixes the step's length), as ``torch._higher_order_ops.scan`` over the tokens: per token, ``S = ratio

@@ -24,6 +24,10 @@ HYBRID_MAMBA_4X = (
 #: Where those models keep model-local caches (4.x, and 5.x until DynamicCache took their states in 5.5).
 LOCAL_CACHES = "transformers>=4.56,<5.5"
 
+#: 5.23 models whose linear-attention layers are Kimi delta attention (one source of chunk_kimi_delta_attention;
+#: GLM-5-Next's too, whose row waits for its indexer's).
+KDA_MODELS = ("kimi_linear", "bailing_hybrid")
+
 ROWS = (
     PatchSpec(
         id="transformers.mamba.selective_scan",
@@ -109,6 +113,24 @@ ROWS = (
             "from the source: the same recurrence as torch scan over the chunks.",
         )
         for model in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")
+    ),
+    # Kimi delta attention's prefill (torch path): one source in these models on 5.23.
+    *(
+        PatchSpec(
+            id=f"transformers.{model}.kda_scan",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target="chunk_kimi_delta_attention",
+            mode="rewrite",
+            replacement="autopatch.areas.state_space.scans:kda_chunks_as_scan",
+            requires=("transformers>=5.13", "torch>=2.9"),
+            fingerprints=("78fb71a94a53",),
+            reason="Kimi delta attention's prefill (torch path, without flash-linear-attention) walks its chunks "
+            "with `for i in range(total_sequence_length // chunk_size)`, ceil(seq / 64) iterations: export fixes "
+            "the sequence length (a prompt traced shorter than 64 refuses longer ones). Rewritten from the source: "
+            "the same recurrence as torch scan over the chunks.",
+        )
+        for model in KDA_MODELS
     ),
     PatchSpec(
         id="transformers.minimax.lightning_decode_scan",
@@ -307,6 +329,12 @@ SUMMARIES = (
         'over the chunks, the padded length and chunk reshapes in terms of the chunk count (plus one '
         'all-padding chunk, which leaves the state exactly unchanged, so that torch can tell there are at '
         'least two).',
+    ),
+    (
+        ('transformers.kimi_linear.kda_scan', 'transformers.bailing_hybrid.kda_scan'),
+        '5.23 Kimi-Linear and Bailing-hybrid prefill (torch path): Kimi delta attention (a gated delta rule with a '
+        'decay per channel) walks its chunks in the same Python loop, so the program takes 64 tokens at most; '
+        'rewritten the same way.',
     ),
     (
         ('transformers.mamba.slow_forward',),

@@ -297,6 +297,54 @@ def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
     })
 
 
+#: Kimi delta attention's sequential pass over the chunks (chunk_kimi_delta_attention, 5.23), and its scan.
+_KDA_CHUNK_LOOP = """
+for i in range(total_sequence_length // chunk_size):
+    q_i = query[:, :, i]
+    k_i = key[:, :, i]
+    v_i = value[:, :, i]
+    g_i = g[:, :, i]
+    attn_inter = (q_i * g_i.exp()) @ last_recurrent_state
+    attn_intra = (q_i.unsqueeze(-2) * k_i.unsqueeze(-3) * decay_mask[:, :, i]).sum(dim=-1).masked_fill(mask, 0)
+    v_prime = k_cumdecay[:, :, i] @ last_recurrent_state
+    v_new = v_i - v_prime
+    core_attn_out[:, :, i] = attn_inter + attn_intra @ v_new
+    last_recurrent_state = (
+        last_recurrent_state * g_i[:, :, -1].exp().unsqueeze(-1)
+        + (k_i * (g_i[:, :, -1:] - g_i).exp()).transpose(-1, -2) @ v_new
+    )
+"""
+
+
+def kda_chunks_as_scan(chunk_kimi_delta_attention):
+    """A rewriter for ``chunk_kimi_delta_attention`` (the torch path of Kimi delta attention's prefill, 5.23: a gated
+    delta net whose decay is per channel): ``for i in range(total_sequence_length // chunk_size)`` fixes the
+    sequence length, as in ``gated_delta_chunks_as_scan`` above, and is rewritten the same way: the recurrence as
+    a scan over the chunks, the padded length as ``num_chunks * chunk_size`` with one more all-padding chunk (zero
+    key, value, beta and log-decay: ``S * exp(0) + (0 * exp(0))^T @ v``, the state exactly as it was), and each
+    token's output read at its (chunk, place)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(chunk_kimi_delta_attention, {
+        "pad_size = (chunk_size - sequence_length % chunk_size) % chunk_size":
+        "num_chunks = (sequence_length + 2 * chunk_size - 1) // chunk_size\n"
+        "pad_size = num_chunks * chunk_size - sequence_length",
+        "total_sequence_length = sequence_length + pad_size": "total_sequence_length = num_chunks * chunk_size",
+        "x.reshape(x.shape[0], x.shape[1], -1, chunk_size, x.shape[-1])":
+        "x.reshape(x.shape[0], x.shape[1], num_chunks, chunk_size, x.shape[-1])",
+        "beta = beta.reshape(beta.shape[0], beta.shape[1], -1, chunk_size)":
+        "beta = beta.reshape(beta.shape[0], beta.shape[1], num_chunks, chunk_size)",
+        _KDA_CHUNK_LOOP:
+        "core_attn_out, last_recurrent_state = __autopatch_rt.kda_chunks(query, key, value, g, k_cumdecay, "
+        "decay_mask, mask, last_recurrent_state)",
+        "core_attn_out = core_attn_out.reshape(core_attn_out.shape[0], core_attn_out.shape[1], -1, "
+        "core_attn_out.shape[-1])":
+        "token = torch.arange(sequence_length, device=core_attn_out.device)",
+        "core_attn_out = core_attn_out[:, :, :sequence_length]":
+        "core_attn_out = core_attn_out[:, :, token // chunk_size, token % chunk_size]",
+    })
+
+
 #: MiniMax's lightning attention with a cache: one token at a time over the step (5.23 and 4.57 alike).
 _LIGHTNING_DECODE_LOOP = """
 for i in range(seq_len):
