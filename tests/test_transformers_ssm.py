@@ -130,30 +130,31 @@ def test_fingerprints_match_the_installed_version(agent):
             own.disable()
 
 
-# --- The gated delta net's prefill on 5.23: a Python loop over 64-token chunks ------------------------------------
+# --- The gated delta net's and Kimi delta attention's prefill on 5.23: a Python loop over 64-token chunks ---------
 
-GATED_DELTA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13"))
-               for m in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")]
-# Kimi delta attention: the same loop with a decay per channel (transformers.<model>.kda_scan).
-KDA = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13")) for m in ("kimi_linear", "bailing_hybrid")]
-SCAN_ROW = {**dict.fromkeys(("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid"), "gated_delta_scan"),
-            "kimi_linear": "kda_scan", "bailing_hybrid": "kda_scan"}
+#: model -> (its row, its chunked prefill function, the rewriter, whether the decay is per channel): the gated delta
+#: net, and Kimi delta attention (the same loop, a decay per channel).
+CHUNKED = {**{name: ("gated_delta_scan", "torch_chunk_gated_delta_rule", "gated_delta_chunks_as_scan", False)
+              for name in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")},
+           **{name: ("kda_scan", "chunk_kimi_delta_attention", "kda_chunks_as_scan", True)
+              for name in ("kimi_linear", "bailing_hybrid")}}
+CHUNKED_MODELS = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13")) for m in CHUNKED]
 
 
-def gated_delta_case(name):
+def chunked_case(name):
     def build_case():
         runs = [{"input_ids": ids(batch, seq, batch * 100 + seq)}  # across chunk boundaries: 1 to 3 chunks of 64
                 for batch, seq in [(3, 5), (1, 64), (2, 65), (1, 150)]]
         return build(name), {"input_ids": ids(2, 8, 1)}, {"input_ids": ids(3, 5, 2)}, runs
 
     # Without its row the prefill exports, but its guards allow one chunk only: no sequence over 64 tokens runs.
-    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.{SCAN_ROW[name]}",),
+    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.{CHUNKED[name][0]}",),
                  fails_with="Guard failed", beside=(), fails_at_run=True, tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
-@pytest.mark.parametrize("name", GATED_DELTA + KDA)
-def test_gated_delta_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(make_agent, name):
-    case = gated_delta_case(name)
+@pytest.mark.parametrize("name", CHUNKED_MODELS)
+def test_chunked_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(make_agent, name):
+    case = chunked_case(name)
     built = case.build()
     model, long = built[0], ids(2, 130, 2)
     with torch.no_grad():
@@ -165,48 +166,35 @@ def test_gated_delta_prefill_is_one_chunk_without_its_row_and_matches_eager_with
         assert torch.equal(model(long), before)  # outside export, with the row on: the original
 
 
-@pytest.mark.parametrize("name", GATED_DELTA)
-def test_gated_delta_scan_equals_upstream(name):
-    """The rewritten function against the original, in eager, with and without an initial state."""
+@pytest.mark.parametrize("name", CHUNKED_MODELS)
+def test_chunk_scan_equals_upstream(name):
+    """The rewritten function against the original, in eager, with and without an initial state, across chunk
+    boundaries. Kimi delta attention's bit for bit (the same arithmetic in the same order; the extra all-padding
+    chunk leaves the state exactly as it is); the gated delta rule's within 1e-5. The gated delta net's keys have
+    fewer heads than its values (2 of 16, 4 values of 8); Kimi delta attention's as many (4 of 8)."""
     import importlib
 
-    from autopatch.areas.state_space.scans import gated_delta_chunks_as_scan
+    from autopatch.areas.state_space import scans
 
-    original = importlib.import_module(f"transformers.models.{name}.modeling_{name}").torch_chunk_gated_delta_rule
-    rewritten = gated_delta_chunks_as_scan(original)
+    _, function, rewriter, per_channel = CHUNKED[name]
+    original = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), function)
+    rewritten = getattr(scans, rewriter)(original)
+    key_heads, key_dim = (4, 8) if per_channel else (2, 16)
     g = torch.Generator().manual_seed(0)
     for seq in (1, 3, 63, 64, 65, 130):
         for initial in (False, True):
-            q, k = (torch.randn(2, seq, 2, 16, generator=g) for _ in range(2))
-            kwargs = dict(g=-torch.rand(2, seq, 4, generator=g), beta=torch.rand(2, seq, 4, generator=g),
-                          initial_state=torch.randn(2, 4, 16, 8, generator=g) if initial else None,
+            q, k = (torch.randn(2, seq, key_heads, key_dim, generator=g) for _ in range(2))
+            decay = (2, seq, 4, key_dim) if per_channel else (2, seq, 4)
+            kwargs = dict(g=-torch.rand(*decay, generator=g), beta=torch.rand(2, seq, 4, generator=g),
+                          initial_state=torch.randn(2, 4, key_dim, 8, generator=g) if initial else None,
                           output_final_state=True, use_qk_l2norm_in_kernel=True)
             v = torch.randn(2, seq, 4, 8, generator=g)
             for got, expected in zip(rewritten(q, k, v, **kwargs), original(q, k, v, **kwargs)):
                 assert got.shape == expected.shape
-                torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", KDA)
-def test_kda_scan_equals_upstream(name):
-    """The rewritten Kimi delta attention against the original, in eager, with and without an initial state: bit for
-    bit (the same arithmetic in the same order; the extra all-padding chunk leaves the state exactly as it is)."""
-    import importlib
-
-    from autopatch.areas.state_space.scans import kda_chunks_as_scan
-
-    original = importlib.import_module(f"transformers.models.{name}.modeling_{name}").chunk_kimi_delta_attention
-    rewritten = kda_chunks_as_scan(original)
-    g = torch.Generator().manual_seed(0)
-    for seq in (1, 3, 63, 64, 65, 130):
-        for initial in (False, True):
-            q, k = (torch.randn(2, seq, 4, 8, generator=g) for _ in range(2))
-            kwargs = dict(g=-torch.rand(2, seq, 4, 8, generator=g), beta=torch.rand(2, seq, 4, generator=g),
-                          initial_state=torch.randn(2, 4, 8, 8, generator=g) if initial else None,
-                          output_final_state=True, use_qk_l2norm_in_kernel=True)
-            v = torch.randn(2, seq, 4, 8, generator=g)
-            for got, expected in zip(rewritten(q, k, v, **kwargs), original(q, k, v, **kwargs)):
-                assert got.shape == expected.shape and torch.equal(got, expected)
+                if per_channel:
+                    assert torch.equal(got, expected)
+                else:
+                    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 # --- MiniMax's lightning attention: a cached step of several tokens ----------------------------------------------
