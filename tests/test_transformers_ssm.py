@@ -15,6 +15,7 @@ from packaging.version import Version
 import autopatch
 import proving
 from autopatch import registry, state
+from autopatch.areas.state_space import rows as state_space_rows
 from autopatch.agent import Agent
 from autopatch.models import builders, recurrent
 from conftest import requires
@@ -132,12 +133,8 @@ def test_fingerprints_match_the_installed_version(agent):
 
 # --- The gated delta net's and Kimi delta attention's prefill on 5.23: a Python loop over 64-token chunks ---------
 
-#: model -> (its row, its chunked prefill function, the rewriter, whether the decay is per channel): the gated delta
-#: net, and Kimi delta attention (the same loop, a decay per channel).
-CHUNKED = {**{name: ("gated_delta_scan", "torch_chunk_gated_delta_rule", "gated_delta_chunks_as_scan", False)
-              for name in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")},
-           **{name: ("kda_scan", "chunk_kimi_delta_attention", "kda_chunks_as_scan", True)
-              for name in ("kimi_linear", "bailing_hybrid")}}
+#: model -> its chunked linear attention (state_space.rows.CHUNKED_PREFILLS: the gated delta net, Kimi delta attention).
+CHUNKED = {model: chunked for chunked in state_space_rows.CHUNKED_PREFILLS for model in chunked.models}
 CHUNKED_MODELS = [pytest.param(m, marks=pytest.mark.requires("transformers>=5.13")) for m in CHUNKED]
 
 
@@ -148,7 +145,7 @@ def chunked_case(name):
         return build(name), {"input_ids": ids(2, 8, 1)}, {"input_ids": ids(3, 5, 2)}, runs
 
     # Without its row the prefill exports, but its guards allow one chunk only: no sequence over 64 tokens runs.
-    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.{CHUNKED[name][0]}",),
+    return Proof(f"{name}/prefill", build_case, rows=(f"transformers.{name}.{CHUNKED[name].row}",),
                  fails_with="Guard failed", beside=(), fails_at_run=True, tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
@@ -176,9 +173,10 @@ def test_chunk_scan_equals_upstream(name):
 
     from autopatch.areas.state_space import scans
 
-    _, function, rewriter, per_channel = CHUNKED[name]
-    original = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), function)
-    rewritten = getattr(scans, rewriter)(original)
+    chunked = CHUNKED[name]
+    original = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), chunked.function)
+    rewritten = getattr(scans, chunked.rewriter)(original)
+    per_channel = chunked.decay == "per channel"
     key_heads, key_dim = (4, 8) if per_channel else (2, 16)
     g = torch.Generator().manual_seed(0)
     for seq in (1, 3, 63, 64, 65, 130):

@@ -24,9 +24,20 @@ HYBRID_MAMBA_4X = (
 #: Where those models keep model-local caches (4.x, and 5.x until DynamicCache took their states in 5.5).
 LOCAL_CACHES = "transformers>=4.56,<5.5"
 
-#: 5.23 models whose linear-attention layers are Kimi delta attention (one source of chunk_kimi_delta_attention;
-#: GLM-5-Next's too, whose row waits for its indexer's).
-KDA_MODELS = ("kimi_linear", "bailing_hybrid")
+#: 5.23 linear attentions whose prefill (torch path, without flash-linear-attention) walks 64-token chunks in a
+#: Python loop, one source each over these models: (what it is, its decay, the models, the module function, the
+#: row's name, the rewriter, the function's fingerprint, the loop). GLM-5-Next has Kimi delta attention's source
+#: too; its row waits for its indexer's.
+ChunkedPrefill = table_row("ChunkedPrefill", ("attention", "decay", "models", "function", "row", "rewriter",
+                                              "fingerprint", "loop"))
+CHUNKED_PREFILLS = (
+    ChunkedPrefill("The gated delta net", "per head", ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid"),
+                   "torch_chunk_gated_delta_rule", "gated_delta_scan", "gated_delta_chunks_as_scan", "0dd16d07a108",
+                   "for i in range(num_chunks)"),
+    ChunkedPrefill("Kimi delta attention", "per channel", ("kimi_linear", "bailing_hybrid"),
+                   "chunk_kimi_delta_attention", "kda_scan", "kda_chunks_as_scan", "78fb71a94a53",
+                   "for i in range(total_sequence_length // chunk_size)"),
+)
 
 ROWS = (
     PatchSpec(
@@ -97,40 +108,24 @@ ROWS = (
         "length. Rewritten from the source: the loop's recurrence as a scan (its program also needs "
         "torch.export.parameter_buffers).",
     ),
-    # The gated delta net's prefill (torch path): one source in these models on 5.23.
+    # The chunked linear attentions' prefill (torch path), one source per attention on 5.23.
     *(
         PatchSpec(
-            id=f"transformers.{model}.gated_delta_scan",
+            id=f"transformers.{model}.{chunked.row}",
             family="transformers",
             trigger=f"transformers.models.{model}.modeling_{model}",
-            target="torch_chunk_gated_delta_rule",
+            target=chunked.function,
             mode="rewrite",
-            replacement="autopatch.areas.state_space.scans:gated_delta_chunks_as_scan",
+            replacement=f"autopatch.areas.state_space.scans:{chunked.rewriter}",
             requires=("transformers>=5.13", "torch>=2.9"),
-            fingerprints=("0dd16d07a108",),
-            reason="The gated delta net's prefill (torch path, without flash-linear-attention) walks its chunks with "
-            "`for i in range(num_chunks)`, ceil(seq / 64) iterations: export fixes the sequence length. Rewritten "
-            "from the source: the same recurrence as torch scan over the chunks.",
+            fingerprints=(chunked.fingerprint,),
+            reason=f"{chunked.attention}'s prefill (torch path, without flash-linear-attention; a decay "
+            f"{chunked.decay}) walks its chunks with `{chunked.loop}`, ceil(seq / 64) iterations: export fixes the "
+            "sequence length (a prompt traced shorter than 64 refuses longer ones). Rewritten from the source: the "
+            "same recurrence as torch scan over the chunks.",
         )
-        for model in ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid")
-    ),
-    # Kimi delta attention's prefill (torch path): one source in these models on 5.23.
-    *(
-        PatchSpec(
-            id=f"transformers.{model}.kda_scan",
-            family="transformers",
-            trigger=f"transformers.models.{model}.modeling_{model}",
-            target="chunk_kimi_delta_attention",
-            mode="rewrite",
-            replacement="autopatch.areas.state_space.scans:kda_chunks_as_scan",
-            requires=("transformers>=5.13", "torch>=2.9"),
-            fingerprints=("78fb71a94a53",),
-            reason="Kimi delta attention's prefill (torch path, without flash-linear-attention) walks its chunks "
-            "with `for i in range(total_sequence_length // chunk_size)`, ceil(seq / 64) iterations: export fixes "
-            "the sequence length (a prompt traced shorter than 64 refuses longer ones). Rewritten from the source: "
-            "the same recurrence as torch scan over the chunks.",
-        )
-        for model in KDA_MODELS
+        for chunked in CHUNKED_PREFILLS
+        for model in chunked.models
     ),
     PatchSpec(
         id="transformers.minimax.lightning_decode_scan",

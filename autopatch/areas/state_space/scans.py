@@ -262,6 +262,26 @@ for i in range(num_chunks):
 """
 
 
+#: What the chunked linear attentions' rewriters share (torch_chunk_gated_delta_rule and chunk_kimi_delta_attention
+#: pad and chunk their inputs with the same statements): the padded length as a chunk count with one all-padding
+#: chunk more, the chunked views named by that count, and the output cut back to the sequence.
+_PADDED_TO_CHUNK_COUNT = {
+    "pad_size = (chunk_size - sequence_length % chunk_size) % chunk_size":
+    # ceil(seq / chunk_size) + 1 as one quotient (torch cannot tell that 64 * q + 64 splits into q + 1 rows)
+    "num_chunks = (sequence_length + 2 * chunk_size - 1) // chunk_size\n"
+    "pad_size = num_chunks * chunk_size - sequence_length",
+    "total_sequence_length = sequence_length + pad_size": "total_sequence_length = num_chunks * chunk_size",
+    "x.reshape(x.shape[0], x.shape[1], -1, chunk_size, x.shape[-1])":
+    "x.reshape(x.shape[0], x.shape[1], num_chunks, chunk_size, x.shape[-1])",
+    # The chunked output back to the sequence, each token read at its (chunk, place) by index (with _TOKEN_INDEX in
+    # place of the flattening reshape): flattening the chunks guards on Mod(q, 64 * q) and slicing the padding off
+    # on the padded length != seq, both true but beyond torch's simplifier.
+    "core_attn_out = core_attn_out[:, :, :sequence_length]":
+    "core_attn_out = core_attn_out[:, :, token // chunk_size, token % chunk_size]",
+}
+_TOKEN_INDEX = "token = torch.arange(sequence_length, device=core_attn_out.device)"
+
+
 def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
     """A rewriter for ``torch_chunk_gated_delta_rule`` (the torch path of the gated delta net's prefill, 5.23):
     its pass over the chunks is ``for i in range(num_chunks)``, a Python loop over ``ceil(seq / chunk_size)``,
@@ -275,23 +295,11 @@ def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
     from ...kit import substitute_expressions
 
     return substitute_expressions(chunk_gated_delta_rule, {
-        "pad_size = (chunk_size - sequence_length % chunk_size) % chunk_size":
-        # ceil(seq / chunk_size) + 1 as one quotient (torch cannot tell that 64 * q + 64 splits into q + 1 rows)
-        "num_chunks = (sequence_length + 2 * chunk_size - 1) // chunk_size\n"
-        "pad_size = num_chunks * chunk_size - sequence_length",
-        "total_sequence_length = sequence_length + pad_size": "total_sequence_length = num_chunks * chunk_size",
+        **_PADDED_TO_CHUNK_COUNT,
         "num_chunks = total_sequence_length // chunk_size": "pass",
-        "x.reshape(x.shape[0], x.shape[1], -1, chunk_size, x.shape[-1])":
-        "x.reshape(x.shape[0], x.shape[1], num_chunks, chunk_size, x.shape[-1])",
         "decay.reshape(decay.shape[0], decay.shape[1], -1, chunk_size)":
         "decay.reshape(decay.shape[0], decay.shape[1], num_chunks, chunk_size)",
-        # The chunked output back to the sequence, each token read at its (chunk, place) by index: flattening
-        # the chunks guards on Mod(q, 64 * q) and slicing the padding off on the padded length != seq, both
-        # true but beyond torch's simplifier.
-        "core_attn_out = core_attn_out.reshape(padded_output_shape)":
-        "token = torch.arange(sequence_length, device=core_attn_out.device)",
-        "core_attn_out = core_attn_out[:, :, :sequence_length]":
-        "core_attn_out = core_attn_out[:, :, token // chunk_size, token % chunk_size]",
+        "core_attn_out = core_attn_out.reshape(padded_output_shape)": _TOKEN_INDEX,
         _CHUNK_LOOP: "core_attn_out, last_recurrent_state = __autopatch_rt.gated_delta_chunks(new_values, "
         "k_cumdecay, query, key, intra_chunk_attn, chunk_decay, last_recurrent_state)",
     })
@@ -326,22 +334,14 @@ def kda_chunks_as_scan(chunk_kimi_delta_attention):
     from ...kit import substitute_expressions
 
     return substitute_expressions(chunk_kimi_delta_attention, {
-        "pad_size = (chunk_size - sequence_length % chunk_size) % chunk_size":
-        "num_chunks = (sequence_length + 2 * chunk_size - 1) // chunk_size\n"
-        "pad_size = num_chunks * chunk_size - sequence_length",
-        "total_sequence_length = sequence_length + pad_size": "total_sequence_length = num_chunks * chunk_size",
-        "x.reshape(x.shape[0], x.shape[1], -1, chunk_size, x.shape[-1])":
-        "x.reshape(x.shape[0], x.shape[1], num_chunks, chunk_size, x.shape[-1])",
+        **_PADDED_TO_CHUNK_COUNT,
         "beta = beta.reshape(beta.shape[0], beta.shape[1], -1, chunk_size)":
         "beta = beta.reshape(beta.shape[0], beta.shape[1], num_chunks, chunk_size)",
         _KDA_CHUNK_LOOP:
         "core_attn_out, last_recurrent_state = __autopatch_rt.kda_chunks(query, key, value, g, k_cumdecay, "
         "decay_mask, mask, last_recurrent_state)",
         "core_attn_out = core_attn_out.reshape(core_attn_out.shape[0], core_attn_out.shape[1], -1, "
-        "core_attn_out.shape[-1])":
-        "token = torch.arange(sequence_length, device=core_attn_out.device)",
-        "core_attn_out = core_attn_out[:, :, :sequence_length]":
-        "core_attn_out = core_attn_out[:, :, token // chunk_size, token % chunk_size]",
+        "core_attn_out.shape[-1])": _TOKEN_INDEX,
     })
 
 
