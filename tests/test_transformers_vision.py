@@ -17,7 +17,9 @@ from packaging.version import Version
 import autopatch
 import proving
 from autopatch import registry
-from autopatch.models import vlms
+from autopatch.dynamic_shapes import fit_to_signature
+from autopatch.areas.vision.rows import PLACEHOLDER_MASK_MODELS, PLACEHOLDER_MESSAGE_MODELS
+from autopatch.models import tiny, vlms
 from proving import Proof
 
 TF4 = Version(transformers.__version__) < Version("5")
@@ -278,6 +280,31 @@ def test_strict_vlm_prefill_needs_the_lazy_placeholder_message(make_agent, name)
     before it runs: Dynamo fixes the image batch to do so. With the row the strict program takes other image
     batches and text lengths, every output leaf as eager's."""
     proving.prove(strict_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT), make_agent)
+
+
+#: The other VLMs with such a 5.12+ check (Aria, DeepSeek-VL, Llama 4...), built by the tiny catalogue.
+MESSAGE_ONLY = [pytest.param(row.model, marks=pytest.mark.requires(row.requires), id=row.model)
+                for row in PLACEHOLDER_MESSAGE_MODELS if row.model not in dict(PLACEHOLDER_MASK_MODELS)]
+
+
+@pytest.mark.parametrize("name", MESSAGE_ONLY)
+def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_agent, name):
+    """The same row on the catalogue's tiny model: traced on its first prefill (2 images, 5 text tokens), checked
+    on the others (3 and 4 images, longer texts)."""
+    arch = tiny.architecture(name, "vlm")
+    sets = {}
+
+    def build():
+        model = tiny.build(arch)
+        sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
+        return model, sets[0], sets[1], [sets[1], sets[2]]
+
+    def shapes(model):  # Qianfan-OCR takes its image sizes through **kwargs
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+
+    row = f"transformers.vision.{name}_placeholder_message"
+    proving.prove(Proof(f"{name}/prefill-strict", build, rows=(row,), fails_with=CONSTANT, beside=("all",),
+                        strict=True, shapes=shapes), make_agent)
 
 
 @pytest.mark.requires("transformers>=5.12")

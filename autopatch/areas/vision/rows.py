@@ -21,6 +21,23 @@ PLACEHOLDER_MASK_MODELS = (
     PlaceholderModel("cohere2_vision", "Cohere2VisionModel"),
     PlaceholderModel("fuyu", "FuyuModel"),
 )
+#: The 5.12+ get_placeholder_mask sources whose check formats the feature count into its message (strict export fixes
+#: the image batch to do so): (model, owner, fingerprints, the versions where its strict export fails without the
+#: row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and five
+#: more; Llama 4's and Video-LLaVA's are their own (Video-LLaVA's has a second check, for videos). DeepSeek-VL-Hybrid
+#: exports strict on 5.12.1 without the row; Llama 4's inputs are not built by the tiny catalogue on 5.12.1.
+LLAVA_MESSAGE = ("c17fb3a6d93c", "f2744c485034")
+MessageModel = table_row("MessageModel", ("model", "owner", "fingerprints", "requires"))
+PLACEHOLDER_MESSAGE_MODELS = (
+    *(MessageModel(model, owner, LLAVA_MESSAGE, "transformers>=5.12") for model, owner in PLACEHOLDER_MASK_MODELS),
+    MessageModel("aria", "AriaModel", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("deepseek_vl", "DeepseekVLModel", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("deepseek_vl_hybrid", "DeepseekVLHybridModel", LLAVA_MESSAGE[1:], "transformers>=5.13"),
+    MessageModel("florence2", "Florence2Model", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("qianfan_ocr", "QianfanOCRModel", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("llama4", "Llama4ForConditionalGeneration", ("da7b79cb700d",), "transformers>=5.13"),
+    MessageModel("video_llava", "VideoLlavaModel", ("49eb66c81538", "92fe1b2335c4"), "transformers>=5.12"),
+)
 
 #: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
 #: where it is the same code (Idefics2 on 5.3.0 too, which also passes return_dict to the tower), its rewriter).
@@ -130,13 +147,13 @@ ROWS = (
             target=f"{owner}.get_placeholder_mask",
             mode="rewrite",
             replacement="autopatch.areas.vision.vlm:placeholder_message_lazy",
-            requires=("transformers>=5.12",),
-            fingerprints=("c17fb3a6d93c", "f2744c485034"),  # 5.12, 5.23 (a type hint and torch.full differ)
+            requires=(requires,),
+            fingerprints=fingerprints,
             reason=f"strict=True: {owner}.get_placeholder_mask (5.12+) formats the feature count into its check's "
             "message before the check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
             "constant'). Rewritten from the source: the message is a lambda, formatted only on failure.",
         )
-        for model, owner in PLACEHOLDER_MASK_MODELS
+        for model, owner, fingerprints, requires in PLACEHOLDER_MESSAGE_MODELS
     ),
     *(
         PatchSpec(
@@ -395,10 +412,15 @@ SUMMARIES = (
             'transformers.vision.aya_vision_placeholder_message', 'transformers.vision.internvl_placeholder_message',
             'transformers.vision.got_ocr2_placeholder_message',
             'transformers.vision.cohere2_vision_placeholder_message', 'transformers.vision.fuyu_placeholder_message',
+            'transformers.vision.aria_placeholder_message', 'transformers.vision.deepseek_vl_placeholder_message',
+            'transformers.vision.deepseek_vl_hybrid_placeholder_message',
+            'transformers.vision.florence2_placeholder_message', 'transformers.vision.qianfan_ocr_placeholder_message',
+            'transformers.vision.llama4_placeholder_message', 'transformers.vision.video_llava_placeholder_message',
         ),
-        '`strict=True` on 5.12 and later: these VLMs share a `get_placeholder_mask` (one fingerprint) '
+        '`strict=True` on 5.12 and later: these VLMs (Llava\'s family, Aria, DeepSeek-VL, Florence-2, Qianfan-OCR; '
+        'Llama 4 and Video-LLaVA with sources of their own) have a `get_placeholder_mask` '
         'whose check formats the feature count into its message before the check runs; Dynamo fixes the '
-        'image batch to do so ("specialized it to be a constant"). Rewritten from the source: the message '
+        'image batch to do so ("specialized it to be a constant"). Rewritten from the source: each such message '
         'is a lambda, formatted only when the check fails in eager code.',
     ),
     (

@@ -18,6 +18,7 @@ Route patches: eager code keeps the originals.
 
 from __future__ import annotations
 
+import ast
 import functools
 import sys
 
@@ -205,20 +206,21 @@ def placeholder_check_on_token_count(get_placeholder_mask):
     })
 
 
-#: The check's message in the get_placeholder_mask that Llava, Gemma3 and most 5.12+ VLMs share.
-_PLACEHOLDER_MESSAGE = (
-    'f"Image features and image tokens do not match, tokens: {n_image_tokens}, features: {n_image_features}"'
-)
-
-
 def placeholder_message_lazy(get_placeholder_mask):
-    """A rewriter for that ``get_placeholder_mask`` (5.12+), for strict export: its check's message is an f-string
-    of the feature count, formatted before the check runs. Dynamo turns the symbolic count into text by fixing the
-    image batch (``attention_mask.size()[0]`` specialized to the traced batch). The message becomes a lambda,
-    which transformers' check formats only if it fails in eager code."""
-    from ...kit import substitute_expressions
+    """A rewriter for the 5.12+ ``get_placeholder_mask`` of Llava's family, Llama 4 and Video-LLaVA, for strict
+    export: each ``torch_compilable_check``'s message is an f-string of the feature count, formatted before the
+    check runs. Dynamo turns the symbolic count into text by fixing the image batch (``attention_mask.size()[0]``
+    specialized to the traced batch). Each such message becomes a lambda, which transformers' check formats only
+    if it fails in eager code."""
+    from ...fingerprint import source_of
+    from ...kit import NotRewritable, substitute_expressions
 
-    return substitute_expressions(get_placeholder_mask, {_PLACEHOLDER_MESSAGE: f"lambda: {_PLACEHOLDER_MESSAGE}"})
+    messages = {ast.unparse(call.args[1]) for call in ast.walk(ast.parse(source_of(get_placeholder_mask)))
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "torch_compilable_check"
+                and len(call.args) > 1 and isinstance(call.args[1], ast.JoinedStr)}
+    if not messages:
+        raise NotRewritable("no torch_compilable_check with an f-string message in get_placeholder_mask")
+    return substitute_expressions(get_placeholder_mask, {message: f"lambda: {message}" for message in messages})
 
 
 def fuyu_image_features(self, pixel_values, **kwargs):
