@@ -7,9 +7,9 @@ installers beside them. Everything those need from the agent is here, so the cor
   routing       ``calls_original`` marks a replacement that receives the function it replaces
   the export    ``in_export``, ``use_patch`` / ``count_hit`` (hits by patch id), ``on_export_start``,
                 ``exported_module``, ``current_run``
-  sources       ``fingerprint_of``, ``check_fingerprint`` (raises ``Drifted`` against the row's fingerprints),
-                ``substitute_expressions`` (rewrite a function from its own source), ``runtime`` (helpers that
-                rewritten code calls)
+  sources       ``fingerprint_of``, ``source_of``, ``check_fingerprint`` (raises ``Drifted`` against the row's
+                fingerprints), ``substitute_expressions`` (rewrite a function from its own source), ``runtime``
+                (helpers that rewritten code calls)
   installers    an installer is ``fn(record, owner, name, original) -> undo`` (or ``(undo, detail)``); its
                 ``record.spec`` is its own row, so it never repeats its id or fingerprints.
                 ``install_always_on`` puts a wrapper in place outside the export scope.
@@ -33,8 +33,8 @@ from .versions import installed
 
 __all__ = [
     "Skip", "Drifted", "NotRewritable", "calls_original", "in_export", "use_patch", "count_hit", "on_export_start",
-    "exported_module", "current_run", "fingerprint_of", "check_fingerprint", "substitute_expressions", "runtime",
-    "install_always_on", "installed", "is_outside", "returned_leaves",
+    "exported_module", "current_run", "fingerprint_of", "source_of", "check_fingerprint", "substitute_expressions",
+    "runtime", "install_always_on", "installed", "is_outside", "returned_leaves",
 ]
 
 
@@ -48,6 +48,7 @@ class Drifted(Skip):
 
 
 fingerprint_of = fingerprint.of
+source_of = fingerprint.source_of  # dedented: what a rewriter parses
 
 
 def check_fingerprint(record, obj, where: str) -> str:

@@ -212,8 +212,7 @@ def placeholder_message_lazy(get_placeholder_mask):
     check runs. Dynamo turns the symbolic count into text by fixing the image batch (``attention_mask.size()[0]``
     specialized to the traced batch). Each such message becomes a lambda, which transformers' check formats only
     if it fails in eager code."""
-    from ...fingerprint import source_of
-    from ...kit import NotRewritable, substitute_expressions
+    from ...kit import NotRewritable, source_of, substitute_expressions
 
     messages = {ast.unparse(call.args[1]) for call in ast.walk(ast.parse(source_of(get_placeholder_mask)))
                 if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "torch_compilable_check"
