@@ -88,6 +88,38 @@ def test_builds_tiny_with_consistent_config_and_runs_eager(kind, model_type):
         assert torch.isfinite(logits).all()
 
 
+# (kind, model type, first transformers with it): architectures that used to build at full size or not at all, and
+# what the shrink now covers; eager runs on each step's input set 0 (DiffusionGemma: built only, its forward takes
+# encoder outputs)
+SHRUNK = [
+    ("vlm", "janus", "4.56"),  # a VQ model's base / latent channels, codebook and generation embedding
+    ("vlm", "dots3_note", "5"),  # adapter widths that must equal the tower's and the text's hidden sizes
+    ("vlm", "muse_spark", "5"),  # an audio pyramid's per-stage widths and depths; a merger's width (hidden x 2 x 2)
+    ("speech", "vibevoice", "5"),  # an audio tokenizer doubling from num_filters over six stages
+    ("encoder", "perceiver", "4.56"),  # latent width, latent count, self-attends per block, their heads
+    ("vlm", "deepseek_ocr2", "5"),  # mlp_layer_types None (override); a SAM neck's channels to the encoder width
+    ("vlm", "granite4_vision", "5"),  # deepstack map and downsample rate None (override); pinpoints of another size
+    ("vlm", "chameleon", "4.56"),  # vocabulary_map None: a tiny map of the shrunk codebook
+    ("vlm", "emu3", "4.56"),  # likewise, and a VQ attention as wide as the pyramid's bottom
+    ("vlm", "gemma4", "5"),  # no default vision tower; flattened patches with their positions
+    ("vlm", "diffusion_gemma", "5"),  # expert sizes None although every layer routes
+]
+SHRUNK_SINCE = [pytest.param(kind, model_type, marks=requires(f"transformers>={since}"), id=model_type)
+                for kind, model_type, since in SHRUNK]
+
+
+@pytest.mark.parametrize("kind,model_type", SHRUNK_SINCE)
+def test_sizes_the_name_rules_used_to_miss_are_tiny(kind, model_type):
+    arch = _arch(kind, model_type)
+    model = tiny.build(arch)
+    assert 0 < tiny.params(model) <= tiny.PARAMS_BUDGET
+    if model_type == "diffusion_gemma":
+        return
+    for step in tiny.steps(arch):
+        with torch.no_grad():
+            model(**tiny.inputs(model, arch, step, 0))
+
+
 @requires("transformers>=5")  # AFMoE is a 5.x model
 def test_no_weight_matrix_is_left_all_zeros():
     """AFMoE's init zeroes its router's gate: every router score is then equal, and top-k picks among ties, which

@@ -39,9 +39,9 @@ axis with ``pixel_attention_mask`` (Idefics 2/3); where several layouts fit the 
 ``get_image_features`` picks the first it takes, and its output says how many placeholders each image needs, so
 that no processor file is needed.  Layouts no parameter name tells apart (MiniCPM-V's patch strips, Fuyu's patch
 rows) are in one table, ``IMAGE_LAYOUTS``; what a default config leaves incomplete (None sizes, a missing rope
-theta or layer pattern) is in ``OVERRIDES``, each entry saying why.  The shrink keeps what these layouts read consistent: LLaVA-NeXT's grid
-pinpoints scale with the tower's image size, M-RoPE sections fit the tiny head, a projector's feature layers stay
-within the tiny tower.
+theta or layer pattern) is in ``OVERRIDES``, each entry saying why.  The shrink keeps what these layouts read
+consistent: LLaVA-NeXT's grid pinpoints scale with the tower's image size, M-RoPE sections fit the tiny head, a
+projector's feature layers stay within the tiny tower.
 
 This module imports torch and transformers lazily.
 """
@@ -82,6 +82,8 @@ VOCAB = 128
 KEEP_VOCAB = 65536
 PATCHES_PER_SIDE = 4
 PATCH_RATIO = "_tiny_patch_ratio"  # left on a shrunk vision config for its parent's token counts, then removed
+FULL_HIDDEN = "_tiny_full_hidden"  # likewise its default hidden size, for its parent's widths derived from it
+MARKS = (PATCH_RATIO, FULL_HIDDEN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,12 +147,18 @@ SIZES = {
                      "hidden_dim", "output_channels", "vision_hidden_size", "text_hidden_size",
                      "audio_hidden_size", "encoder_hidden_size", "decoder_hidden_size", "mm_hidden_size",
                      "proj_dim", "projector_hidden_size", "d_latent", "emb_dim", "hidden_size_global",
-                     "embedding_dim", "out_hidden_size", "vision_output_dim"),
+                     "embedding_dim", "out_hidden_size", "vision_output_dim",
+                     # adapters that must equal their tower's or the text's hidden size (dots.ocr 3 validates
+                     # it), an expert stack's own width (Muse Spark), a VQ model's generation embedding (Janus),
+                     # a Perceiver's latent width
+                     "adapter_in_dim", "adapter_out_dim", "adapter_input_size", "moe_hidden_size",
+                     "image_token_embed_dim", "d_latents", "backbone_hidden_size"),
                     HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                      "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder",
                      "encoder_num_attention_heads", "decoder_num_attention_heads", "speech_encoder_attention_heads",
-                     "t2u_encoder_attention_heads", "t2u_decoder_attention_heads", "linear_num_heads"), HEADS),
+                     "t2u_encoder_attention_heads", "t2u_decoder_attention_heads", "linear_num_heads",
+                     "num_self_attention_heads", "num_cross_attention_heads"), HEADS),
     **dict.fromkeys(("head_dim", "d_kv", "kv_channels", "d_head", "attention_head_dim", "global_head_dim",
                      "mamba_headdim", "linear_key_head_dim", "linear_value_head_dim", "linear_head_dim", "v_head_dim",
                      "hidden_size_per_layer_input"), HEAD_DIM),
@@ -166,22 +174,40 @@ SIZES = {
     **dict.fromkeys(("time_step_rank", "mamba_dt_rank", "dt_rank"), 8),
     "mamba_n_heads": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
     "max_source_positions": 32,  # an audio encoder's input length (Whisper takes exactly twice as many frames)
+    # Convolution stacks whose width doubles stage by stage from a base (VQ-VAEs, VibeVoice's and Encodec's audio
+    # tokenizers: 32 x 2^6 = 2048 channels at the bottom): a small base; 32 where GroupNorm's 32 groups divide it
+    "num_filters": 4, "base_channels": 32, "latent_channels": 32,
+    "num_embeddings": 256,  # a VQ codebook (16384 x the embedding, and the image generation head's vocabulary)
+    "num_latents": 16,  # Perceiver's latent array: its length is a size, as a sequence of tokens
 }
+# Sizes that only ever shrink: a default already below the tiny value (Emu3's 4 latent channels) stays.
+AT_MOST = ("max_source_positions", "num_filters", "base_channels", "latent_channels", "num_embeddings", "num_latents")
+# Per-stage widths of a convolution pyramid (Muse Spark's audio tower: 256, 512, 1024, 2048): the same ratios, the
+# widest HIDDEN.  Per-stage block counts (``depths``): at most 2 each, a shifted-window pair's worth.
+STAGE_WIDTHS = ("hidden_sizes", "downsample_channels")  # (DeepSeek-OCR 2: SAM neck to the encoder width)
+STAGE_DEPTHS = ("depths",)
 KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
                  "encoder_num_key_value_heads", "decoder_num_key_value_heads")
 HEAD_NAMES = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 LAYER_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "num_encoder_layers",
                "encoder_layers", "decoder_layers", "text_num_hidden_layers", "vision_num_hidden_layers",
-               "encoder_num_hidden_layers", "decoder_num_hidden_layers", "speech_encoder_layers")
+               "encoder_num_hidden_layers", "decoder_num_hidden_layers", "speech_encoder_layers",
+               "num_self_attends_per_block")
 EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
                 "zero_expert_num")
-TOPK_NAMES = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "router_topk", "moe_k")
+TOPK_NAMES = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "router_topk", "moe_k", "top_k_experts")
 GROUP_NAMES = ("n_group", "topk_group", "n_groups", "mamba_n_groups", "num_groups", "num_expert_group")
 # An int that says how many of the first layers are of one kind (dense before MoE): a per-layer pattern.
 LEADING_LAYER_COUNTS = ("first_k_dense_replace", "num_dense_layers", "first_dense_layers", "moe_layer_start_index")
 # Sizes some default configs leave None although their model reads them as ints (Nemotron's kv heads, Hunyuan's
 # head_dim, DeepSeek-V2's experts per token): given the tiny value.  Other None sizes mean "off" (q_lora_rank).
 NONE_MEANS_UNSET = KV_HEAD_NAMES + TOPK_NAMES + ("head_dim",)
+# Expert sizes a default config leaves None although its model builds the mixture in every layer (DiffusionGemma's
+# router reads num_experts): given tiny values, unless a flag of the config turns the mixture off (Gemma 4's
+# enable_moe_block=False leaves them None and builds no experts).
+NONE_EXPERT_SIZES = {"num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4,
+                     "moe_intermediate_size": EXPERT_FFN}
+MOE_FLAGS = ("enable_moe_block", "use_moe", "enable_moe")
 # Flags whose default path needs CUDA kernels (Jamba's on 4.x refuses the CPU): the one path a CPU has.
 CPU_PATHS = {"use_mamba_kernels": False}
 SPECIAL_SUFFIXES = ("token_id", "token_index", "token_ids", "token_idx")
@@ -240,9 +266,38 @@ def shrink(config):
                 _set(node, name, value)
     remap = _vocab_plan(config)
     _shrink_node(config, remap)
+    _vocabulary_map(config)
     for node in _tree(config):
-        _stored(node).pop(PATCH_RATIO, None)
+        for mark in MARKS:
+            _stored(node).pop(mark, None)
     return config
+
+
+# Models that turn their VQ model's image codes into text tokens by a vocabulary map a default config leaves None
+# (each checkpoint's tokenizer gives it): model type -> (name of code i, name of the end-of-line token or None).
+VOCABULARY_MAPS = {
+    "chameleon": (lambda i: "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(i)) + "Z", None),
+    "emu3": (lambda i: f"<|visual token{i:06d}|>", "<|extra_200|>"),
+}
+
+
+def _vocabulary_map(config) -> None:
+    """A tiny vocabulary map: every code of the (shrunk) VQ codebook a text token past the vocabulary, then the
+    ``<image>`` placeholder (and Emu3's end-of-line token), the vocabulary grown to hold them."""
+    names = VOCABULARY_MAPS.get(getattr(config, "model_type", ""))
+    vq = _stored(config).get("vq_config")
+    if names is None or _stored(config).get("vocabulary_map") is not None or not _is_config(vq):
+        return
+    codes = _stored(vq).get("num_embeddings") or _stored(vq).get("codebook_size")
+    text = _stored(config).get("text_config") if _is_config(_stored(config).get("text_config")) else config
+    base = text.vocab_size
+    found = {names[0](i): base + i for i in range(codes)}
+    found["<image>"] = base + codes
+    if names[1]:
+        found[names[1]] = base + codes + 1
+    _set(config, "vocabulary_map", found)
+    _set(config, "image_token_id", found["<image>"])
+    _set(text, "vocab_size", base + len(found))
 
 
 def _vocab_plan(config) -> dict:
@@ -270,6 +325,8 @@ def _shrink_node(config, remap: dict) -> None:
         # The last layers reuse the cache of the last earlier layer of their kind: the pattern twice, the second
         # copy sharing, so that every kind of layer has one to share from.
         unshared, depth = depth, min(full_depth, 2 * depth)
+        if shared >= full_depth:  # Gemma 4's assistant shares every layer (the target model's kvs): all still do
+            unshared, depth = 0, unshared
     _set_sizes(config, before, depth)
     if _is_int(shared) and 0 < shared and full_depth:
         _set(config, "num_kv_shared_layers", depth - unshared)
@@ -349,7 +406,7 @@ def _tiny_value(name: str, current, depth: int):
     if name == "n_shared_experts":
         return min(current, 1)
     if name in SIZES:
-        return min(current, SIZES[name]) if name in ("max_source_positions",) else SIZES[name]
+        return min(current, SIZES[name]) if name in AT_MOST else SIZES[name]
     if name.endswith("_intermediate_size") or name.endswith("_ffn_dim"):
         return EXPERT_FFN if ("moe" in name or "expert" in name) else FFN
     return None
@@ -357,9 +414,14 @@ def _tiny_value(name: str, current, depth: int):
 
 def _set_sizes(config, before: dict, depth: int) -> None:
     heads = next((before[n] for n in HEAD_NAMES if _is_int(before.get(n))), None)
+    mixture_off = any(before.get(flag) is False for flag in MOE_FLAGS)
     for name, current in before.items():
         if current is None and name in NONE_MEANS_UNSET:
             _set(config, name, SIZES.get(name, KV_HEADS if name in KV_HEAD_NAMES else 2))
+        elif current is None and name in NONE_EXPERT_SIZES and not mixture_off:
+            _set(config, name, NONE_EXPERT_SIZES[name])
+        elif _is_int(current) and current == 0 and name in SIZES:
+            continue  # a size of 0 turns its part off (Gemma 4 assistant's per-layer inputs): off it stays
         elif _is_int(current):
             value = _tiny_value(name, current, depth)
             own_heads = before.get(name.replace("key_value_heads", "attention_heads"), heads)  # Moonshine's
@@ -370,7 +432,11 @@ def _set_sizes(config, before: dict, depth: int) -> None:
         elif isinstance(current, (list, tuple)) and current and all(_is_int(v) for v in current):
             # a size given per layer (Gemma 3n's intermediate sizes): every entry tiny
             value = _tiny_value(name, max(current), depth)
-            if name == "axial_pos_embds_dim":  # Reformer: the axial position parts add up to the hidden size
+            if name in STAGE_WIDTHS and max(current) > HIDDEN:
+                _set(config, name, type(current)(max(1, v * HIDDEN // max(current)) for v in current))
+            elif name in STAGE_DEPTHS:
+                _set(config, name, type(current)(min(v, 2) for v in current))
+            elif name == "axial_pos_embds_dim":  # Reformer: the axial position parts add up to the hidden size
                 _set(config, name, type(current)(HIDDEN * v // sum(current) for v in current))
             elif value is not None and name not in LAYER_NAMES:
                 _set(config, name, type(current)(value for _ in current))
@@ -380,7 +446,7 @@ def _set_vocab(config, remap: dict) -> None:
     stored = _stored(config)
     for name, value in list(stored.items()):
         vocab = "vocab_size" in name or name.endswith("_vocab")  # vocab_size_per_layer_input, a hash vocab
-        if vocab and "type_vocab" not in name and _is_int(value):
+        if vocab and "type_vocab" not in name and _is_int(value) and value:  # (0: no such embedding)
             _set(config, name, remap["vocab"])
         elif name == "vocab_size" and value is None and not sub_configs(config):
             _set(config, name, remap["vocab"])  # ESM: no default vocabulary (each checkpoint names its own)
@@ -418,6 +484,10 @@ def _keep_ratios(config, before: dict) -> None:
         expand, n = stored.get(expand_name), stored.get(heads_name)
         if _is_int(expand) and _is_int(n) and size_name in stored and (expand_name != "expand" or mamba2):
             _set(config, size_name, expand * HIDDEN // n)
+    base, multipliers = before.get("base_channels"), before.get("channel_multiplier")
+    if _is_int(base) and isinstance(multipliers, (list, tuple)) and multipliers and hidden == base * multipliers[-1]:
+        # Emu3's VQ attention runs at the bottom of the pyramid: its hidden size is the widest stage's channels
+        _set(config, "hidden_size", stored["base_channels"] * multipliers[-1])
     groups = before.get("upsample_groups")
     if _is_int(groups) and groups == hidden and _is_int(stored.get("hidden_size")):
         _set(config, "upsample_groups", stored["hidden_size"])  # Mimi: a depthwise (one group per channel) upsample
@@ -451,7 +521,17 @@ def _shrink_vision(config, before: dict) -> None:
     if _is_int(size) and _is_int(patch) and patch > 0 and size > PATCHES_PER_SIDE * patch:
         _set(config, "image_size", PATCHES_PER_SIDE * patch)
         stored[PATCH_RATIO] = (PATCHES_PER_SIDE * patch / size) ** 2
+    if _is_int(before.get("hidden_size")):
+        stored[FULL_HIDDEN] = before["hidden_size"]
     for _, child in sub_configs(config):
+        full, merge = _stored(child).get(FULL_HIDDEN), _merge_size(child)
+        tiny_hidden = _stored(child).get("hidden_size")
+        if full and merge > 1 and _is_int(tiny_hidden):
+            # a merger's input width: the tower's hidden size times the patches it merges (Muse Spark's
+            # out_hidden_size, 1536 x 2 x 2), set to HIDDEN by name and brought back to that product
+            for name, value in before.items():
+                if _is_int(value) and value == full * merge * merge and SIZES.get(name) == HIDDEN:
+                    _set(config, name, tiny_hidden * merge * merge)
         ratio = _stored(child).get(PATCH_RATIO)
         if ratio:
             for name in IMAGE_TOKEN_COUNTS:
@@ -462,7 +542,19 @@ def _shrink_vision(config, before: dict) -> None:
             if isinstance(pinpoints, (list, tuple)) and pinpoints:
                 # LLaVA-NeXT's tiled resolutions are multiples of the tower's image size: shrunk like it
                 side = math.sqrt(ratio)
+                tiny_size = _image_size(child)
+                unit = math.gcd(*(v for pair in pinpoints for v in pair))
+                if unit and unit * side % tiny_size:
+                    # multiples of another size than the default tower's (Granite 4 Vision: 336 for a 224 tower):
+                    # multiples of the tiny tower's, as a checkpoint's are of its own tower's
+                    side = tiny_size / unit
                 _set(config, "image_grid_pinpoints", [[round(v * side) for v in pair] for pair in pinpoints])
+
+
+def _merge_size(vision) -> int:
+    """Patches a side a tower merges into one token (Qwen2-VL's spatial_merge_size, Muse Spark's merge_size)."""
+    value = _stored(vision).get("spatial_merge_size") or _stored(vision).get("merge_size")
+    return value if _is_int(value) else 1
 
 
 FEATURE_LAYER_NAMES = ("vision_feature_layer", "vision_feature_layers")
@@ -604,7 +696,7 @@ def _rebuild(config, per_layer: dict) -> None:
         return
     # a constructor that only builds sub-configs from dicts or None (transformers 4's Qwen2-VL) drops the given
     # (already shrunk) ones: kept as they were
-    marks = {k: v for k, v in stored.items() if k == PATCH_RATIO or (_is_config(v) and k not in vars(fresh))}
+    marks = {k: v for k, v in stored.items() if k in MARKS or (_is_config(v) and k not in vars(fresh))}
     stored.clear()
     stored.update(vars(fresh))
     stored.update(marks)
@@ -662,6 +754,9 @@ OVERRIDES: dict = {
     "mllama_text_model": {"_if_unset": {"rope_scaling": {"rope_type": "default"}}},
     # Phi-4-multimodal reads vision_config.image_token_id but its default vision_config is None
     "phi4_multimodal": {"_sub_configs": {"vision_config": "Phi4MultimodalVisionConfig"}},
+    # Gemma 4's default config has no vision tower (vision_config None: the text-only checkpoints' shape), so its
+    # image-text-to-text model has nothing to take the images with: the vision config class's defaults
+    "gemma4": {"_sub_configs": {"vision_config": "Gemma4VisionConfig"}},
     # Pix2Struct's text config gets initializer_range from its parent's constructor, not its own, so rebuilding it
     # drops it (4.x; the model reads it to initialize): the default's 0.02 (5.x's text config takes it itself)
     "pix2struct_text_model": {"initializer_range": 0.02},
@@ -674,6 +769,15 @@ OVERRIDES: dict = {
     "kimi_k25": {"projection_hidden_size": HIDDEN},
     # LiLT's layout stream embeds a box's six coordinates in hidden / 6 each: a hidden size six divides
     "lilt": {"hidden_size": 48},
+    # DeepSeek-OCR 2's default text config leaves mlp_layer_types None, which its decoder layers index: the
+    # DeepSeek-V2 pattern its docstring gives (a dense first layer, then sparse ones), one layer of each kind
+    "deepseek_ocr2_text": {"_depth": 2, "mlp_layer_types": ["dense", "sparse"]},
+    # Granite 4 Vision's default config leaves its Window Q-Former's downsample rate and its deepstack map (vision
+    # layer -> text layer its features are added at) None, and sends its four spatial groups to text layers 12-21:
+    # a window of 4 patches a side queried by 2 (the tiny tower's image is 4 patches a side), the last vision layer
+    # into the first text layer, the spatial groups spread over the tiny text model's 2 layers
+    "granite4_vision": {"downsample_rate": "2/4", "deepstack_layer_map": [(-1, 0)],
+                        "spatial_target_layers": [0, 0, 1, 1]},
 }
 
 
@@ -689,12 +793,23 @@ COMPOSITE_DEFAULTS = {
 }
 
 
+# Default configs their own validator refuses (the class's defaults are a template, each checkpoint fills them):
+# the constructor arguments the validator asks for, and why.
+DEFAULT_ARGUMENTS = {
+    # Gemma 4's assistant (drafter) takes a Gemma 4 text config without the per-layer inputs, MoE block or double-
+    # wide MLP that gemma4_text's defaults have (its validator says each must be off); every layer then shares kvs
+    "gemma4_assistant": {"text_config": {"model_type": "gemma4_text", "hidden_size_per_layer_input": 0,
+                                         "vocab_size_per_layer_input": 0, "enable_moe_block": False,
+                                         "use_double_wide_mlp": False}},
+}
+
+
 def default_config(model_type: str):
     import transformers
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.for_model(model_type)
+        return AutoConfig.for_model(model_type, **DEFAULT_ARGUMENTS.get(model_type, {}))
     except ValueError:
         parts = COMPOSITE_DEFAULTS.get(model_type)
         if not parts:
@@ -1121,6 +1236,20 @@ def _numbered_patches_layout(model, batch: int, g) -> dict:
     return {"flattened_patches": patches, "attention_mask": torch.ones(batch, side * side, dtype=torch.long)}
 
 
+def _patch_positions_layout(model, batch: int, g) -> dict:
+    """Gemma 4's and DiffusionGemma's towers: flattened patches and each one's (x, y) on the patch grid, a grid of
+    whole pooling kernels (3 x 3 by default, so two kernels a side, not PATCHES_PER_SIDE)."""
+    import torch
+
+    vision = _vision_config(model.config)
+    patch, kernel = getattr(vision, "patch_size", 16), getattr(vision, "pooling_kernel_size", 1) or 1
+    side = 2 * kernel
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    positions = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
+    return {"pixel_values": torch.randn(batch, side * side, _channels(vision) * patch * patch, generator=g),
+            "image_position_ids": positions.expand(batch, -1, -1).clone()}
+
+
 def _cross_attention_layout(model, batch: int, g) -> dict:
     """Mllama: images of tiles for cross-attention layers; one image of one tile (aspect ratio id 1, [1, 1]) per
     sample, the other tiles masked as a processor pads them."""
@@ -1214,6 +1343,8 @@ def _image_layouts(model, batch: int, g) -> list:
         return [_patch_sequence_layout(model, batch, g)]
     if "flattened_patches" in taken:
         return [_numbered_patches_layout(model, batch, g)]
+    if "image_position_ids" in taken:
+        return [_patch_positions_layout(model, batch, g)]
     vision = _vision_config(model.config)
     size = _image_size(vision)
     plain = torch.randn(batch, _channels(vision), size, size, generator=g)
@@ -1227,7 +1358,8 @@ def _image_layouts(model, batch: int, g) -> list:
         found.append({"pixel_values": plain.unsqueeze(1),
                       "pixel_attention_mask": torch.ones(batch, 1, size, size, dtype=torch.bool)})
         # Granite Docling: the mask says which tiles (not pixels) are real
-        found.append({"pixel_values": plain.unsqueeze(1), "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool)})
+        found.append({"pixel_values": plain.unsqueeze(1),
+                      "pixel_attention_mask": torch.ones(batch, 1, dtype=torch.bool)})
     if "image_sizes" in taken:  # Pixtral's towers take any size and read it here; others ignore or refuse it
         found.append({"pixel_values": plain, "image_sizes": torch.tensor([[size, size]] * batch)})
     found.append({"pixel_values": plain})
@@ -1321,6 +1453,9 @@ def _feature_count(features) -> int:
 
     if hasattr(features, "pooler_output") and features.pooler_output is not None:
         features = features.pooler_output
+    elif getattr(features, "deepstack_features", None):
+        # Granite 4 Vision: only (text layer, per-image features) pairs, each pair every image's tokens once
+        features = features.deepstack_features[0][1]
     elif hasattr(features, "last_hidden_state") and not isinstance(features, torch.Tensor):
         features = features.last_hidden_state
     if isinstance(features, torch.Tensor):
