@@ -20,6 +20,7 @@ from .areas.rope import rows as rope
 from .areas.state_space import rows as state_space
 from .areas.generation import rows as generation
 from .areas.positions import rows as positions
+from .areas.text_masks import rows as text_masks
 from .areas.moe import rows as moe
 from .areas.onnx import rows as onnx
 from .areas.output_capturing import rows as output_capturing
@@ -69,8 +70,8 @@ EXPORT_ENTRY_POINTS = (
 )
 
 #: The areas, in the order their rows are installed and listed.
-AREAS = (pytree, exporters, sliding_windows, torch_shapes, rope, state_space, generation, positions, moe, onnx,
-         output_capturing, vision, packed_vision, fp16_clamp)
+AREAS = (pytree, exporters, sliding_windows, torch_shapes, rope, state_space, generation, positions, text_masks, moe,
+         onnx, output_capturing, vision, packed_vision, fp16_clamp)
 
 PATCHES = tuple(row for area in AREAS for row in area.ROWS)
 

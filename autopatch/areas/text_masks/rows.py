@@ -1,0 +1,52 @@
+"""The rows of this area. Text models whose own mask code decides with Python on data or on a size: FSMT drops a
+padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``.
+"""
+
+from __future__ import annotations
+
+from ...spec import PatchSpec
+
+ROWS = (
+    PatchSpec(
+        id="transformers.masks.fsmt_padding",
+        family="transformers",
+        trigger="transformers.models.fsmt.modeling_fsmt",
+        target="make_padding_mask",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.masks:padding_mask_always",
+        requires=("transformers>=4.56",),
+        fingerprints=("0520bfa27a46",),  # 4.57.6, 5.12.1, 5.23.0
+        reason="make_padding_mask returns None when the ids hold no pad (`if not padding_mask.any()`): a branch on "
+        "the data (guard Eq(u0, 1)) stops the export of FSMT's forward. Rewritten from the source to return the "
+        "mask always: an all-False mask changes nothing where it is applied (masked_fill), so the results are "
+        "eager's exactly.",
+    ),
+    PatchSpec(
+        id="transformers.masks.cpmant_prompt_positions",
+        family="transformers",
+        trigger="transformers.models.cpmant.modeling_cpmant",
+        target="CpmAntModel._prepare_attention_mask",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.masks:cpmant_positions_by_arange",
+        requires=("transformers>=4.56",),
+        fingerprints=("effbbb29d97f",),  # 4.57.6, 5.12.1, 5.23.0
+        reason="CPM-Ant's mask numbers the text's positions with `torch.tensor(list(range(seqlen - "
+        "prompt_length))[::-1])`: range() of the sequence length makes it a Python int, so the program takes only "
+        "the traced length. Rewritten from the source to the same descending positions by torch.arange.",
+    ),
+)
+
+#: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
+#: (ids or globs, what and why). Every row is named by exactly one line.
+SUMMARIES = (
+    (
+        ("transformers.masks.fsmt_padding",),
+        "FSMT's `make_padding_mask` returned None for ids without a pad, a branch on the data that stopped the "
+        "export of its forward: the mask is returned always (all False without pads: the same results).",
+    ),
+    (
+        ("transformers.masks.cpmant_prompt_positions",),
+        "CPM-Ant numbered its mask's positions with `range(seq)` in Python, fixing the sequence length: the same "
+        "positions by `torch.arange`.",
+    ),
+)
