@@ -223,3 +223,72 @@ def test_lightning_decode_matches_eager_for_every_step_length(make_agent):
     _, own = proving.exports_with(lightning_case(), make_agent)  # keys, values and the linear layer's state
     assert autopatch.last_export_report()["patches"][LIGHTNING_ROW] == 1  # one linear-attention layer
     assert own.records[LIGHTNING_ROW].state in state.INSTALLED
+
+
+# --- RWKV: the time mixing's loop over the tokens ----------------------------------------------------------------
+
+WKV_ROW = "transformers.rwkv.wkv_scan"
+
+
+def rwkv_case():
+    """The tiny catalogue's RWKV prefill, traced at 5 tokens (batch 2); run at 7 and 9 tokens (batches 3 and 4) and
+    at 2 tokens. With use_cache the outputs hold every layer's states too (what a runtime carries to the next
+    step), compared as well."""
+    from autopatch.models import tiny
+
+    def build_case():
+        arch = tiny.architecture("rwkv", "causal")
+        model = tiny.build(arch)
+        traced, other, third = (dict(tiny.inputs(model, arch, "prefill", k), use_cache=True) for k in range(3))
+        short = {k: v[:, :2] if isinstance(v, torch.Tensor) else v for k, v in third.items()}
+        return model, traced, other, [other, third, short]
+
+    return Proof("rwkv/prefill", build_case, rows=(WKV_ROW,), fails_with="specialized it to be a constant",
+                 beside=("all",))
+
+
+def rwkv_step_case():
+    """A step from a carried state (RWKV's cache: five [batch, hidden, layers] tensors, updated in place), traced
+    with 3 new tokens; run with 1 and 5 tokens at batch 1 and 2 tokens at batch 4. Not one token at a larger batch:
+    there eager's own one-token path broadcasts the carried shift across the batch ([batch, batch, vocab] logits,
+    transformers 4.57.6 and 5.23.0), which the program, traced on the several-token path, does not copy."""
+    from autopatch.models import tiny
+
+    def build_case():
+        model = tiny.build(tiny.architecture("rwkv", "causal"))
+
+        def step(batch, past, new, seed):
+            ids = torch.randint(3, 120, (batch, past + new), generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                carried = model(input_ids=ids[:, :past], use_cache=True).state
+            return {"input_ids": ids[:, past:], "state": list(carried), "use_cache": True}
+
+        return model, step(2, 5, 3, 0), step(3, 4, 2, 1), [step(1, 6, 1, 2), step(1, 3, 5, 3), step(4, 3, 2, 4)]
+
+    return Proof("rwkv/step", build_case, rows=(WKV_ROW,), fails_with="specialized it to be a constant",
+                 beside=("all",))
+
+
+@pytest.mark.parametrize("case", [rwkv_case, rwkv_step_case], ids=["prefill", "step"])
+def test_rwkv_fails_without_its_row_and_matches_eager_with_it(make_agent, case):
+    proving.prove(case(), make_agent)
+
+
+def test_rwkv_scan_equals_upstream_bit_for_bit():
+    """The rewritten function against transformers' loop, from nothing and from a state, 1 to 9 tokens: the same
+    floats (the scan runs the loop's arithmetic in its order)."""
+    from transformers.models.rwkv import modeling_rwkv
+
+    from autopatch.areas.state_space import scans
+
+    rewritten = scans.rwkv_wkv_as_scan(modeling_rwkv.rwkv_linear_attention_cpu)
+    g = torch.Generator().manual_seed(0)
+    decay, first = torch.randn(16, generator=g), torch.randn(16, generator=g)
+    for tokens in (1, 2, 9):
+        key, value = torch.randn(2, tokens, 16, generator=g), torch.randn(2, tokens, 16, generator=g)
+        expected = modeling_rwkv.rwkv_linear_attention_cpu(decay, first, key, value, return_state=True)
+        got = rewritten(decay, first, key, value, return_state=True)
+        assert torch.equal(got[0], expected[0]) and all(map(torch.equal, got[1], expected[1]))
+        carried = modeling_rwkv.rwkv_linear_attention_cpu(decay, first, key, value, state=list(expected[1]))
+        again = rewritten(decay, first, key, value, state=list(expected[1]))
+        assert torch.equal(again[0], carried[0]) and all(map(torch.equal, again[1], carried[1]))

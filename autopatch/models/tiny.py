@@ -492,10 +492,11 @@ def _keep_ratios(config, before: dict) -> None:
     if _is_int(groups) and groups == hidden and _is_int(stored.get("hidden_size")):
         _set(config, "upsample_groups", stored["hidden_size"])  # Mimi: a depthwise (one group per channel) upsample
     attention = before.get("attention_hidden_size")
-    if _is_int(attention) and hidden and heads and _is_int(stored.get("hidden_size")):
-        # Zamba: the shared attention block reads the hidden state and the embeddings side by side (2 x hidden)
+    if _is_int(attention) and hidden and _is_int(stored.get("hidden_size")):
+        # Zamba: the shared attention block reads the hidden state and the embeddings side by side (2 x hidden);
+        # RWKV: its time mixing's width, whose states a cached step carries at the hidden size (1 x hidden)
         _set(config, "attention_hidden_size", attention * stored["hidden_size"] // hidden)
-        if before.get("attention_head_dim") == attention // heads:
+        if heads and before.get("attention_head_dim") == attention // heads:
             _set(config, "attention_head_dim", stored["attention_hidden_size"] // stored["num_attention_heads"])
     rope_dim = before.get("qk_rope_head_dim")
     if _is_int(rope_dim) and before.get("head_dim") == rope_dim and _is_int(stored.get("head_dim")):

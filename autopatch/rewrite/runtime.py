@@ -321,6 +321,36 @@ def decayed_linear_attention(query, key, value, state, ratio):
     return [outputs.movedim(0, 2)], last
 
 
+def wkv_recurrence(time_decay, time_first, key, value, state: tuple, out_dtype):
+    """RWKV's (v4) time-mixing loop on the CPU, ``for current_index in range(seq_length)`` (which fixes the
+    sequence length), as ``torch._higher_order_ops.scan`` over the tokens: the loop's max-stabilised numerator and
+    denominator updates, in its order. ``key``, ``value``: ``[B, T, C]``; ``state``: ``(num, den, max)``, each
+    ``[B, C]`` float32; ``time_decay`` already ``-exp(w)``. Returns ``(output [B, T, C] in out_dtype, (num, den,
+    max))``."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    def step(carry, xs):
+        num_state, den_state, max_state = carry
+        current_key, current_value = xs[0].float(), xs[1]
+        max_for_output = torch.maximum(max_state, current_key + time_first)
+        e1 = torch.exp(max_state - max_for_output)
+        e2 = torch.exp(current_key + time_first - max_for_output)
+        out = ((e1 * num_state + e2 * current_value) / (e1 * den_state + e2)).to(out_dtype)
+        max_for_state = torch.maximum(max_state + time_decay, current_key)
+        e1 = torch.exp(max_state + time_decay - max_for_state)
+        e2 = torch.exp(current_key - max_for_state)
+        return (e1 * num_state + e2 * current_value, e1 * den_state + e2, max_for_state), out
+
+    for carried in (*state, value):
+        # One batch: the loop's arithmetic would broadcast a carried state of another batch (and torch keeps each
+        # input's batch a symbol of its own), but scan's carry must keep its init's shape: said, and checked.
+        torch._check(carried.size(0) == key.size(0))
+    init = tuple(carried.contiguous() for carried in state)  # a cached state is a strided slice of the cache
+    last, outputs = scan(step, init, (key.transpose(0, 1), value.transpose(0, 1)))  # outputs: [T, B, C]
+    return outputs.transpose(0, 1), last
+
+
 def block_diagonal_mask(cu_seqlens, like):
     """The additive attention mask ``[1, 1, n, n]`` (dtype of ``like``, ``n`` its second-to-last size) that lets
     position i attend to j only when both fall in the same segment of ``cu_seqlens`` (cumulative segment ends,

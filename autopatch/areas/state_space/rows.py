@@ -141,6 +141,19 @@ ROWS = (
         "over the tokens.",
     ),
     PatchSpec(
+        id="transformers.rwkv.wkv_scan",
+        family="transformers",
+        trigger="transformers.models.rwkv.modeling_rwkv",
+        target="rwkv_linear_attention_cpu",
+        mode="rewrite",
+        replacement="autopatch.areas.state_space.scans:rwkv_wkv_as_scan",
+        requires=("transformers>=4.56", "torch>=2.9"),
+        fingerprints=("b50b6a58e56a",),  # 4.57.6, 5.12.1, 5.23.0
+        reason="RWKV's time mixing on the CPU walks the tokens in a Python loop (`for current_index in "
+        "range(seq_length)`): the prefill program takes only the traced length. Rewritten from the source: the "
+        "same max-stabilised recurrence as torch scan over the tokens, the states as the loop leaves them.",
+    ),
+    PatchSpec(
         id="transformers.mamba.slow_forward",
         family="transformers",
         trigger="transformers.models.mamba.modeling_mamba",
@@ -293,6 +306,11 @@ SUMMARIES = (
         "MiniMax's lightning attention walks a cached step's tokens in a Python loop, so a decode step of "
         'several tokens (speculative decoding, a chunked prompt) specializes its length. Rewritten from '
         'the source: the same recurrence as `torch` scan over the tokens (4.57 and 5.x).',
+    ),
+    (
+        ('transformers.rwkv.wkv_scan',),
+        "RWKV's time mixing walks the tokens in a Python loop on the CPU, so a prefill program took only the "
+        "traced length: the same recurrence as a torch scan over the tokens.",
     ),
     (
         (

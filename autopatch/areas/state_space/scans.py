@@ -373,3 +373,35 @@ def lightning_decode_as_scan(forward):
         "attn_output, attn_weights_inter = __autopatch_rt.decayed_linear_attention(query_states, key_states, "
         "value_states, attn_weights_inter, ratio)",
     })
+
+
+#: RWKV's CPU path's loop over the tokens (transformers' rwkv_linear_attention_cpu; comments dropped).
+_WKV_LOOP = """
+for current_index in range(seq_length):
+    current_key = key[:, current_index].float()
+    current_value = value[:, current_index]
+    max_for_output = torch.maximum(max_state, current_key + time_first)
+    e1 = torch.exp(max_state - max_for_output)
+    e2 = torch.exp(current_key + time_first - max_for_output)
+    numerator = e1 * num_state + e2 * current_value
+    denominator = e1 * den_state + e2
+    output[:, current_index] = (numerator / denominator).to(output.dtype)
+    max_for_state = torch.maximum(max_state + time_decay, current_key)
+    e1 = torch.exp(max_state + time_decay - max_for_state)
+    e2 = torch.exp(current_key - max_for_state)
+    num_state = e1 * num_state + e2 * current_value
+    den_state = e1 * den_state + e2
+    max_state = max_for_state
+"""
+
+
+def rwkv_wkv_as_scan(rwkv_linear_attention_cpu):
+    """A rewriter for RWKV's ``rwkv_linear_attention_cpu`` (the path every CPU and every one-token step takes): its
+    Python loop over the tokens fixes the sequence length. Rewritten from the source: the same recurrence as a scan
+    over the tokens (``runtime.wkv_recurrence``), the output and the three states as the loop leaves them."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(rwkv_linear_attention_cpu, {
+        _WKV_LOOP: "output, (num_state, den_state, max_state) = __autopatch_rt.wkv_recurrence(time_decay, time_first, "
+        "key, value, (num_state, den_state, max_state), output.dtype)",
+    })
