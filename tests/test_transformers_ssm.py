@@ -228,23 +228,33 @@ def test_lightning_decode_matches_eager_for_every_step_length(make_agent):
 # --- RWKV: the time mixing's loop over the tokens ----------------------------------------------------------------
 
 WKV_ROW = "transformers.rwkv.wkv_scan"
+MLSTM_ROW = "transformers.xlstm.mlstm_scan"
+#: The tiny catalogue's recurrent models whose prefill walks the tokens in Python: (row, use_cache). RWKV's cached
+#: outputs hold every layer's states (what a runtime carries to the next step), compared as well.
+TOKEN_LOOP_PREFILLS = {"rwkv": (WKV_ROW, True), "xlstm": (MLSTM_ROW, False)}
 
 
-def rwkv_case():
-    """The tiny catalogue's RWKV prefill, traced at 5 tokens (batch 2); run at 7 and 9 tokens (batches 3 and 4) and
-    at 2 tokens. With use_cache the outputs hold every layer's states too (what a runtime carries to the next
-    step), compared as well."""
+def token_loop_case(model_type):
+    """The prefill, traced at 5 tokens (batch 2); run at 7 and 9 tokens (batches 3 and 4) and at 2 tokens."""
     from autopatch.models import tiny
 
+    row, use_cache = TOKEN_LOOP_PREFILLS[model_type]
+
     def build_case():
-        arch = tiny.architecture("rwkv", "causal")
+        arch = tiny.architecture(model_type, "causal")
         model = tiny.build(arch)
-        traced, other, third = (dict(tiny.inputs(model, arch, "prefill", k), use_cache=True) for k in range(3))
+        traced, other, third = (dict(tiny.inputs(model, arch, "prefill", k), use_cache=use_cache) for k in range(3))
         short = {k: v[:, :2] if isinstance(v, torch.Tensor) else v for k, v in third.items()}
         return model, traced, other, [other, third, short]
 
-    return Proof("rwkv/prefill", build_case, rows=(WKV_ROW,), fails_with="specialized it to be a constant",
-                 beside=("all",))
+    # xLSTM binds its recurrent pass when a model is built: built once the agent is on, as EXPORT_PATCHES=1 does
+    return Proof(f"{model_type}/prefill", build_case, rows=(row,), fails_with="specialized it to be a constant",
+                 beside=("all",), built_after_agent=model_type == "xlstm")
+
+
+@pytest.mark.parametrize("model_type", list(TOKEN_LOOP_PREFILLS))
+def test_token_loop_prefill_fails_without_its_row_and_matches_eager_with_it(make_agent, model_type):
+    proving.prove(token_loop_case(model_type), make_agent)
 
 
 def rwkv_step_case():
@@ -269,9 +279,8 @@ def rwkv_step_case():
                  beside=("all",))
 
 
-@pytest.mark.parametrize("case", [rwkv_case, rwkv_step_case], ids=["prefill", "step"])
-def test_rwkv_fails_without_its_row_and_matches_eager_with_it(make_agent, case):
-    proving.prove(case(), make_agent)
+def test_rwkv_step_from_a_state_fails_without_its_row_and_matches_eager_with_it(make_agent):
+    proving.prove(rwkv_step_case(), make_agent)
 
 
 def test_rwkv_scan_equals_upstream_bit_for_bit():
@@ -292,3 +301,23 @@ def test_rwkv_scan_equals_upstream_bit_for_bit():
         carried = modeling_rwkv.rwkv_linear_attention_cpu(decay, first, key, value, state=list(expected[1]))
         again = rewritten(decay, first, key, value, state=list(expected[1]))
         assert torch.equal(again[0], carried[0]) and all(map(torch.equal, again[1], carried[1]))
+
+
+def test_mlstm_scan_equals_upstream_bit_for_bit():
+    """xLSTM's rewritten recurrent pass against transformers' loop, 1 to 9 tokens, from nothing and from the states
+    it returned: the same floats."""
+    from transformers.models.xlstm import modeling_xlstm
+
+    from autopatch.areas.state_space import scans
+
+    rewritten = scans.mlstm_sequence_as_scan(modeling_xlstm.mlstm_recurrent_sequence_native)
+    g = torch.Generator().manual_seed(0)
+    for tokens in (1, 2, 9):
+        query, key, value = (torch.randn(2, 4, tokens, 8, generator=g) for _ in range(3))
+        igate, fgate = (torch.randn(2, 4, tokens, generator=g) for _ in range(2))
+        expected = modeling_xlstm.mlstm_recurrent_sequence_native(query, key, value, igate, fgate,
+                                                                  return_last_states=True)
+        got = rewritten(query, key, value, igate, fgate, return_last_states=True)
+        assert torch.equal(got[0], expected[0]) and all(map(torch.equal, got[1], expected[1]))
+        carried = modeling_xlstm.mlstm_recurrent_sequence_native(query, key, value, igate, fgate, *expected[1])
+        assert torch.equal(rewritten(query, key, value, igate, fgate, *expected[1]), carried)

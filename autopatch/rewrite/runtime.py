@@ -351,6 +351,26 @@ def wkv_recurrence(time_decay, time_first, key, value, state: tuple, out_dtype):
     return outputs.transpose(0, 1), last
 
 
+def mlstm_recurrence(step, query, key, value, igate, fgate, states: tuple, **options):
+    """xLSTM's mLSTM recurrent pass, ``for t in range(sequence_length)`` (which fixes the sequence length), as
+    ``torch._higher_order_ops.scan`` over the tokens: each token through the model's own ``step`` function
+    (``mlstm_recurrent_step_native``), with the loop's slices and ``options`` (eps, state dtype). ``query``,
+    ``key``, ``value``: ``[B, H, T, D]``; gates ``[B, H, T]``; ``states``: ``(C, n, m)``. Returns ``(H [B, H, T,
+    Dv], (C, n, m))``, what the loop's ``torch.stack`` and last states are."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    def one_token(carried, xs):
+        q_t, k_t, v_t, i_t, f_t = xs
+        h_t, carried = step(cstate=carried[0], nstate=carried[1], mstate=carried[2], query=q_t, key=k_t,
+                            value=v_t, igate=i_t[..., None], fgate=f_t[..., None], **options)
+        return tuple(carried), h_t
+
+    tokens_first = tuple(x.movedim(2, 0) for x in (query, key, value, igate, fgate))
+    last, outputs = scan(one_token, tuple(state.contiguous() for state in states), tokens_first)  # [T, B, H, Dv]
+    return outputs.movedim(0, -2), last
+
+
 def block_diagonal_mask(cu_seqlens, like):
     """The additive attention mask ``[1, 1, n, n]`` (dtype of ``like``, ``n`` its second-to-last size) that lets
     position i attend to j only when both fall in the same segment of ``cu_seqlens`` (cumulative segment ends,

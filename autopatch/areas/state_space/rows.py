@@ -154,6 +154,20 @@ ROWS = (
         "same max-stabilised recurrence as torch scan over the tokens, the states as the loop leaves them.",
     ),
     PatchSpec(
+        id="transformers.xlstm.mlstm_scan",
+        family="transformers",
+        trigger="transformers.models.xlstm.modeling_xlstm",
+        target="mlstm_recurrent_sequence_native",
+        mode="rewrite",
+        replacement="autopatch.areas.state_space.scans:mlstm_sequence_as_scan",
+        requires=("transformers>=4.56", "torch>=2.9"),
+        fingerprints=("e3a37eebd4d9", "08586d70e2c7"),  # 4.57.6; 5.12.1 and 5.23.0 (type hints differ)
+        reason="xLSTM's mLSTM walks a prompt shorter than its chunk (64 tokens by default) in a Python loop over the "
+        "tokens: the prefill program takes only the traced length. Rewritten from the source: the same steps as "
+        "torch scan over the tokens. A prompt of a chunk or more takes the chunkwise kernel instead, which the "
+        "program traced on a short prompt refuses (a guard on the length, not a wrong answer).",
+    ),
+    PatchSpec(
         id="transformers.mamba.slow_forward",
         family="transformers",
         trigger="transformers.models.mamba.modeling_mamba",
@@ -311,6 +325,12 @@ SUMMARIES = (
         ('transformers.rwkv.wkv_scan',),
         "RWKV's time mixing walks the tokens in a Python loop on the CPU, so a prefill program took only the "
         "traced length: the same recurrence as a torch scan over the tokens.",
+    ),
+    (
+        ('transformers.xlstm.mlstm_scan',),
+        "xLSTM's mLSTM walks a prompt shorter than a chunk (64 tokens) token by token in a Python loop, so a prefill "
+        "program took only the traced length: the same steps as a torch scan (prompts under a chunk; longer ones "
+        "take the chunkwise kernel, refused by a program traced short).",
     ),
     (
         (

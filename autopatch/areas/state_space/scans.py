@@ -405,3 +405,40 @@ def rwkv_wkv_as_scan(rwkv_linear_attention_cpu):
         _WKV_LOOP: "output, (num_state, den_state, max_state) = __autopatch_rt.wkv_recurrence(time_decay, time_first, "
         "key, value, (num_state, den_state, max_state), output.dtype)",
     })
+
+
+#: xLSTM's mLSTM recurrent pass over the tokens (transformers' mlstm_recurrent_sequence_native; comments dropped).
+_MLSTM_LOOP = """
+for t in range(sequence_length):
+    vecF_t, vecI_t = fgate[:, :, t, None], igate[:, :, t, None]
+    vecQ_t, vecK_t, vecV_t = query[:, :, t, :], key[:, :, t, :], value[:, :, t, :]
+    vecH, (matC_state, vecN_state, vecM_state) = mlstm_recurrent_step_native(
+        cstate=matC_state,
+        nstate=vecN_state,
+        mstate=vecM_state,
+        query=vecQ_t,
+        key=vecK_t,
+        value=vecV_t,
+        igate=vecI_t,
+        fgate=vecF_t,
+        eps=eps,
+        dtype_state=dtype_state,
+        **kwargs,
+    )
+    vecH_list.append(vecH)
+"""
+
+
+def mlstm_sequence_as_scan(mlstm_recurrent_sequence_native):
+    """A rewriter for xLSTM's ``mlstm_recurrent_sequence_native`` (the pass a prompt shorter than a chunk takes, and
+    the tail of a longer one): its Python loop over the tokens fixes the sequence length. Rewritten from the
+    source: the same steps (the model's own step function) as a scan over the tokens (``runtime.mlstm_recurrence``);
+    the loop's ``torch.stack`` of the per-token outputs is the scan's stacked output."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(mlstm_recurrent_sequence_native, {
+        _MLSTM_LOOP: "matH, (matC_state, vecN_state, vecM_state) = __autopatch_rt.mlstm_recurrence("
+        "mlstm_recurrent_step_native, query, key, value, igate, fgate, (matC_state, vecN_state, vecM_state), "
+        "eps=eps, dtype_state=dtype_state, **kwargs)",
+        "matH = torch.stack(vecH_list, dim=-2)": "pass",
+    })
