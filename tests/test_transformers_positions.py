@@ -67,3 +67,17 @@ def test_onnx_runs_one_token_steps_and_matches_eager(make_agent, onnx_extra, mod
     model, traced, other, runs = case(model_type, row).build()
     make_agent()
     proving.assert_onnx_runs_match(proving.export_onnx(model, traced, other), model, runs[:2], rtol=1e-4, atol=1e-5)
+
+
+def test_reformer_axial_positions_fail_without_the_row_and_match_eager_with_it(make_agent):
+    """Reformer's prefill (the tiny catalogue's, its axial position shape the config's) picks each sample's
+    positions in a loop over the batch: without the row the batch is fixed; with it other batches and lengths
+    match eager."""
+    def build_case():
+        arch = tiny.architecture("reformer", "causal")
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, "prefill", k) for k in range(3))
+        return model, traced, other, [other, third]
+
+    proving.prove(Proof("reformer/prefill", build_case, rows=("transformers.positions.reformer_axial",),
+                        beside=("all",), fails_with="Constraints violated"), make_agent)

@@ -229,16 +229,21 @@ def test_lightning_decode_matches_eager_for_every_step_length(make_agent):
 
 WKV_ROW = "transformers.rwkv.wkv_scan"
 MLSTM_ROW = "transformers.xlstm.mlstm_scan"
-#: The tiny catalogue's recurrent models whose prefill walks the tokens in Python: (row, use_cache). RWKV's cached
-#: outputs hold every layer's states (what a runtime carries to the next step), compared as well.
-TOKEN_LOOP_PREFILLS = {"rwkv": (WKV_ROW, True), "xlstm": (MLSTM_ROW, False)}
+#: The tiny catalogue's recurrent models whose prefill walks the tokens in Python: (row, use_cache, versions).
+#: RWKV's cached outputs hold every layer's states (what a runtime carries to the next step), compared as well.
+TOKEN_LOOP_PREFILLS = {
+    "rwkv": (WKV_ROW, True, "transformers>=4.56"),
+    "xlstm": (MLSTM_ROW, False, "transformers>=4.56"),
+    "recurrent_gemma": ("transformers.recurrent_gemma.rglru_scan", False, "transformers>=5"),  # 4.x: stateful eager
+    "zamba": ("transformers.zamba.selective_scan", False, "transformers>=5.13"),  # its own copy of Mamba's scan
+}
 
 
 def token_loop_case(model_type):
     """The prefill, traced at 5 tokens (batch 2); run at 7 and 9 tokens (batches 3 and 4) and at 2 tokens."""
     from autopatch.models import tiny
 
-    row, use_cache = TOKEN_LOOP_PREFILLS[model_type]
+    row, use_cache, _ = TOKEN_LOOP_PREFILLS[model_type]
 
     def build_case():
         arch = tiny.architecture(model_type, "causal")
@@ -252,7 +257,8 @@ def token_loop_case(model_type):
                  beside=("all",), built_after_agent=model_type == "xlstm")
 
 
-@pytest.mark.parametrize("model_type", list(TOKEN_LOOP_PREFILLS))
+@pytest.mark.parametrize("model_type", [pytest.param(name, marks=requires(versions), id=name)
+                                        for name, (_, _, versions) in TOKEN_LOOP_PREFILLS.items()])
 def test_token_loop_prefill_fails_without_its_row_and_matches_eager_with_it(make_agent, model_type):
     proving.prove(token_loop_case(model_type), make_agent)
 

@@ -287,10 +287,9 @@ MESSAGE_ONLY = [pytest.param(row.model, marks=pytest.mark.requires(row.requires)
                 for row in PLACEHOLDER_MESSAGE_MODELS if row.model not in dict(PLACEHOLDER_MASK_MODELS)]
 
 
-@pytest.mark.parametrize("name", MESSAGE_ONLY)
-def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_agent, name):
-    """The same row on the catalogue's tiny model: traced on its first prefill (2 images, 5 text tokens), checked
-    on the others (3 and 4 images, longer texts)."""
+def catalogue_case(name, row, fails_with, strict=False):
+    """``name``'s prefill on the tiny catalogue's model: traced on its first input set (2 images, 5 text tokens),
+    checked on the others (3 and 4 images, longer texts)."""
     arch = tiny.architecture(name, "vlm")
     sets = {}
 
@@ -299,12 +298,26 @@ def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_age
         sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
         return model, sets[0], sets[1], [sets[1], sets[2]]
 
-    def shapes(model):  # Qianfan-OCR takes its image sizes through **kwargs
+    def shapes(model):  # some take their image sizes through **kwargs (Qianfan-OCR)
         return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
 
-    row = f"transformers.vision.{name}_placeholder_message"
-    proving.prove(Proof(f"{name}/prefill-strict", build, rows=(row,), fails_with=CONSTANT, beside=("all",),
-                        strict=True, shapes=shapes), make_agent)
+    return Proof(f"{name}/prefill" + "-strict" * strict, build, rows=(row,), fails_with=fails_with,
+                 beside=("all",), strict=strict, shapes=shapes)
+
+
+@pytest.mark.parametrize("name", MESSAGE_ONLY)
+def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_agent, name):
+    """The same row on the catalogue's tiny model, strict."""
+    proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT, strict=True),
+                  make_agent)
+
+
+@pytest.mark.requires("transformers>=5.13")
+@pytest.mark.parametrize("name", ["granite_docling", "hyperclovax_vision_v2"])
+def test_features_split_by_tolist_fail_without_their_row_and_match_eager_with_it(make_agent, name):
+    """Granite-Docling splits its tiles' features per sample, HyperCLOVAX-Vision V2 per image, by `.tolist()`
+    sizes: the batch (the image count) is fixed without the row; with it other batches match eager."""
+    proving.prove(catalogue_case(name, f"transformers.vision.{name}_features", "Constraints violated"), make_agent)
 
 
 @pytest.mark.requires("transformers>=5.12")

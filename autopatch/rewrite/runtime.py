@@ -371,6 +371,23 @@ def mlstm_recurrence(step, query, key, value, igate, fgate, states: tuple, **opt
     return outputs.movedim(0, -2), last
 
 
+def gated_recurrence(gate, inputs, state, acc_dtype):
+    """RecurrentGemma's RG-LRU linear mode, ``for t in range(hidden_states.shape[1])`` (which fixes the sequence
+    length), as ``torch._higher_order_ops.scan`` over the tokens: ``h = gate_t * h + x_t`` in ``acc_dtype``, each
+    output cast back to the inputs' dtype, the loop's arithmetic in its order. ``gate``, ``inputs``: ``[B, T, W]``;
+    ``state``: ``[B, W]``. Returns ``(outputs [B, T, W], last state)``."""
+    from torch._higher_order_ops.scan import scan
+
+    def step(h, xs):
+        gate_t, x_t = xs
+        h = gate_t.type(acc_dtype) * h
+        h = h + x_t.type(acc_dtype)
+        return h.clone(), h.type(inputs.dtype)
+
+    last, outputs = scan(step, state.contiguous(), (gate.transpose(0, 1), inputs.transpose(0, 1)))
+    return outputs.transpose(0, 1), last
+
+
 def block_diagonal_mask(cu_seqlens, like):
     """The additive attention mask ``[1, 1, n, n]`` (dtype of ``like``, ``n`` its second-to-last size) that lets
     position i attend to j only when both fall in the same segment of ``cu_seqlens`` (cumulative segment ends,

@@ -23,3 +23,16 @@ def opt_new_positions(forward):
 def biogpt_new_positions(forward):
     """4.x BioGptModel.forward: ``position_ids[:, past_key_values_length:]``."""
     return _keep_last(forward, "past_key_values_length", "inputs_embeds.shape[1]")
+
+
+def reformer_axial_gather(forward):
+    """``AxialPositionEmbeddings.forward``: ``torch.cat([index_select(pe[i], 0, ids[i])[None] for i in
+    range(batch)])`` is ``torch.gather(pe, 1, ids[..., None].expand(..., dim))``, the same rows, the batch kept
+    symbolic."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(forward, {
+        "torch.cat([torch.index_select(position_encodings[i], 0, position_ids[i]).unsqueeze(0) "
+        "for i in range(batch_size)], dim=0)":
+        "torch.gather(position_encodings, 1, position_ids.unsqueeze(-1).expand(-1, -1, position_encodings.shape[-1]))",
+    })

@@ -1,6 +1,6 @@
 """The rows of this area. Models with learned position embeddings (OPT, 4.x BioGPT) count each token's position from
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
-``position_ids[:, past:]``.
+``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch.
 """
 
 from __future__ import annotations
@@ -39,6 +39,19 @@ ROWS = (
         fingerprints=("0a66c2359821",),  # 4.57.6
         reason=REASON,
     ),
+    PatchSpec(
+        id="transformers.positions.reformer_axial",
+        family="transformers",
+        trigger="transformers.models.reformer.modeling_reformer",
+        target="AxialPositionEmbeddings.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.positions.learned:reformer_axial_gather",
+        requires=("transformers>=4.56",),
+        fingerprints=("82f8af9a07e5", "4dcd27b136f1"),  # 4.57.6 and 5.12.1; 5.23.0
+        reason="Reformer's axial position embeddings (inference) pick each sample's positions in a Python loop over "
+        "the batch (`index_select` per sample, `torch.cat`): the program takes only the traced batch. Rewritten "
+        "from the source: one torch.gather along the positions, the same rows.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -50,5 +63,10 @@ SUMMARIES = (
         "(`batch * (mask length - past) >= 2`): the new tokens' positions were cut from the mask's as "
         "`position_ids[:, past:]`, a length torch did not know to be the token count. The last positions, "
         "as many as the new tokens, instead: the same values.",
+    ),
+    (
+        ('transformers.positions.reformer_axial',),
+        "Reformer's axial position embeddings picked each sample's positions in a Python loop over the batch, "
+        "fixing it: one `torch.gather` of the same rows.",
     ),
 )

@@ -168,6 +168,31 @@ ROWS = (
         "program traced on a short prompt refuses (a guard on the length, not a wrong answer).",
     ),
     PatchSpec(
+        id="transformers.zamba.selective_scan",
+        family="transformers",
+        trigger="transformers.models.zamba.modeling_zamba",
+        target="mamba_selective_scan",
+        mode="route",
+        replacement="autopatch.areas.state_space.scans:mamba_selective_scan",
+        requires=("transformers>=5.13", "torch>=2.9"),
+        fingerprints=("1566db8b2b0e",),  # 5.23.0: Mamba's loop, its decorator laid out over four lines
+        reason="Zamba's own copy of mamba_selective_scan (5.13+): the same loop, the same scan.",
+    ),
+    PatchSpec(
+        id="transformers.recurrent_gemma.rglru_scan",
+        family="transformers",
+        trigger="transformers.models.recurrent_gemma.modeling_recurrent_gemma",
+        target="RecurrentGemmaRglru._rnn_scan",
+        mode="rewrite",
+        replacement="autopatch.areas.state_space.scans:rglru_as_scan",
+        # 5.x only: 4.x RecurrentGemma carries its recurrent state from one call to the next even without a cache,
+        # so eager itself answers differently on a second call and no program can be checked against it.
+        requires=("transformers>=5", "torch>=2.9"),
+        fingerprints=("249faf98d891",),  # 5.12.1 and 5.23.0
+        reason="RecurrentGemma's RG-LRU walks a prompt's tokens in a Python loop: the prefill program takes only "
+        "the traced length. Rewritten from the source: the same recurrence as torch scan over the tokens.",
+    ),
+    PatchSpec(
         id="transformers.mamba.slow_forward",
         family="transformers",
         trigger="transformers.models.mamba.modeling_mamba",
@@ -333,12 +358,17 @@ SUMMARIES = (
         "take the chunkwise kernel, refused by a program traced short).",
     ),
     (
+        ('transformers.recurrent_gemma.rglru_scan',),
+        "RecurrentGemma's RG-LRU walks a prompt token by token in a Python loop, so a prefill program took only the "
+        "traced length: the same recurrence as a torch scan.",
+    ),
+    (
         (
             'transformers.mamba.selective_scan', 'transformers.falcon_mamba.selective_scan',
-            'transformers.jamba.selective_scan',
+            'transformers.jamba.selective_scan', 'transformers.zamba.selective_scan',
         ),
-        '5.x Mamba/FalconMamba/Jamba prefill: the selective scan is a Python loop over the sequence, so '
-        'its length is specialized. Runs as `torch` scan (higher-order op). With a filled cache the '
+        '5.x Mamba/FalconMamba/Jamba (and 5.13+ Zamba) prefill: the selective scan is a Python loop over the '
+        'sequence, so its length is specialized. Runs as `torch` scan (higher-order op). With a filled cache the '
         'mixers take a one-token path of their own, which a program traced with several new tokens would '
         'never take (torch assumes a dynamic length is never 1): such a program refuses a one-token step '
         'at run time instead of answering wrong (not in an ONNX model: `torch.onnx` drops run-time '

@@ -442,3 +442,25 @@ def mlstm_sequence_as_scan(mlstm_recurrent_sequence_native):
         "eps=eps, dtype_state=dtype_state, **kwargs)",
         "matH = torch.stack(vecH_list, dim=-2)": "pass",
     })
+
+
+#: RecurrentGemma's RG-LRU loop over the tokens in linear mode (transformers' RecurrentGemmaRglru._rnn_scan).
+_RGLRU_LOOP = """
+for t in range(hidden_states.shape[1]):
+    recurrent_states = recurrent_gate[:, t].type(acc_dtype) * recurrent_states.to(recurrent_gate.device)
+    recurrent_states = recurrent_states + hidden_states[:, t].type(acc_dtype)
+    contextualized_states[:, t] = recurrent_states.type(hidden_states.dtype)
+"""
+
+
+def rglru_as_scan(rnn_scan):
+    """A rewriter for ``RecurrentGemmaRglru._rnn_scan``: its linear mode (a prompt of several tokens) walks the
+    tokens in a Python loop, which fixes the prompt's length. Rewritten from the source: the same recurrence as a
+    scan over the tokens (``runtime.gated_recurrence``). The one-token branch is left as it is (a program traced on
+    a longer prompt refuses one token: a guard, not a wrong answer)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(rnn_scan, {
+        _RGLRU_LOOP: "contextualized_states, recurrent_states = __autopatch_rt.gated_recurrence(recurrent_gate, "
+        "hidden_states, recurrent_states.to(recurrent_gate.device), acc_dtype)",
+    })

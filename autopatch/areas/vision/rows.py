@@ -364,6 +364,32 @@ ROWS = (
         reason="Mistral3Model.get_placeholder_mask (4.x) is Llava's: its Python if on a data-dependent count "
         "becomes a torch._check_tensor_all (a runtime assertion).",
     ),
+    PatchSpec(
+        id="transformers.vision.granite_docling_features",
+        family="transformers",
+        trigger="transformers.models.granite_docling.modeling_granite_docling",
+        target="GraniteDoclingModel.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:granite_docling_features_one_element",
+        requires=("transformers>=5.13",),
+        fingerprints=("1ca1b9003546",),  # 5.23.0
+        reason="GraniteDoclingModel.get_image_features splits the tiles' features (and each deepstack layer's) per "
+        "sample with `.tolist()` sizes, which fixes the batch; forward concatenates them straight back. Rewritten "
+        "from the source: one element holding every sample's features, which concatenates to the same tensor.",
+    ),
+    PatchSpec(
+        id="transformers.vision.hyperclovax_vision_v2_features",
+        family="transformers",
+        trigger="transformers.models.hyperclovax_vision_v2.modeling_hyperclovax_vision_v2",
+        target="HyperCLOVAXVisionV2Model.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:hyperclovax_features_one_element",
+        requires=("transformers>=5.13",),
+        fingerprints=("1f873c87cdbf",),  # 5.23.0
+        reason="HyperCLOVAX-Vision V2's get_image_features splits the merged features per image with `.tolist()` "
+        "sizes (Qwen2-VL's split, through self.vision_model), which fixes the number of images; the caller "
+        "concatenates them back. Rewritten from the source: one element holding every image's features.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -471,5 +497,11 @@ SUMMARIES = (
         "gather merges every block, the features stay one tensor; 4.x Mistral 3's placeholder check is "
         "Llava's. The program refuses a batch of one single-patch image (transformers' attention tests "
         "`patches > 1` before its mask).",
+    ),
+    (
+        ('transformers.vision.granite_docling_features', 'transformers.vision.hyperclovax_vision_v2_features'),
+        "Granite-Docling (per sample, deepstack layers too) and HyperCLOVAX-Vision V2 (per image) split their "
+        "image features with `.tolist()` sizes that their callers concatenate straight back, fixing the batch or "
+        "the image count: one element holding every feature instead, the same tensor once concatenated.",
     ),
 )

@@ -222,6 +222,32 @@ def placeholder_message_lazy(get_placeholder_mask):
     return substitute_expressions(get_placeholder_mask, {message: f"lambda: {message}" for message in messages})
 
 
+def granite_docling_features_one_element(get_image_features):
+    """A rewriter for ``GraniteDoclingModel.get_image_features`` (5.23): the pooled features and each deepstack
+    layer's are split per sample by ``.tolist()`` of the tile counts, which fixes the batch; forward's first act on
+    them is ``torch.cat``. One element each instead, holding every sample's features."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = (tiles_per_sample * tokens_per_tile).tolist()": "pass",
+        "torch.split(image_outputs.pooler_output, split_sizes)": "(image_outputs.pooler_output,)",
+        "[torch.split(features, split_sizes) for features in image_outputs.deepstack_features]":
+        "[(features,) for features in image_outputs.deepstack_features]",
+    })
+
+
+def hyperclovax_features_one_element(get_image_features):
+    """A rewriter for ``HyperCLOVAXVisionV2Model.get_image_features`` (5.23): Qwen2-VL's per-image split (read
+    through ``self.vision_model``), which fixes the number of images; its caller concatenates the pieces. One
+    element holding every image's features instead."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = (image_grid_thw.prod(-1) // self.vision_model.spatial_merge_size**2).tolist()": "pass",
+        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
+    })
+
+
 def fuyu_image_features(self, pixel_values, **kwargs):
     """FuyuModel.get_image_features (4.x) without its loop over the images: every image's patches embedded at
     once, as one list element of ``[images * patches, hidden]`` (what ``torch.cat`` of the per-image list gives)."""
