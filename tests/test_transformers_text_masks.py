@@ -1,9 +1,11 @@
-"""transformers.masks.fsmt_padding, .cpmant_prompt_positions: text models whose own mask code decides in Python.
+"""transformers.masks.fsmt_padding, .cpmant_prompt_positions, .longt5_default_mask: text models whose own mask
+code decides in Python.
 
 FSMT's forward stops on a branch on the data (a padding mask with no pad becomes None); CPM-Ant's prefill program
-takes only the traced length (its mask's positions come from ``range(seq)``). With the rows both export, and the
-program matches eager, every output leaf, on other batches and lengths (FSMT: with pads in the decoder's ids too,
-the case the original keeps its mask for). The models are the tiny catalogue's."""
+takes only the traced length (its mask's positions come from ``range(seq)``); LongT5's decode step without an
+attention mask stops (its default mask is skipped while compiling). With the rows they export, and the program
+matches eager, every output leaf, on other batches and lengths (FSMT: with pads in the decoder's ids too, the case
+the original keeps its mask for). The models are the tiny catalogue's."""
 
 import pytest
 import torch
@@ -42,7 +44,18 @@ def cpmant_case():
                  beside=("all",))
 
 
-@pytest.mark.parametrize("case", [fsmt_case, cpmant_case], ids=["fsmt", "cpmant"])
+def longt5_case():
+    """A decode step (encoder ids, one or more decoder ids, the cache of the earlier ones) with no attention mask,
+    as the catalogue builds it: transformers' default is all ones."""
+    def build():
+        model, (traced, other, third) = _sets("longt5", "seq2seq", "decode")
+        return model, traced, other, [other, third]
+
+    return Proof("longt5/decode", build, rows=("transformers.masks.longt5_default_mask",),
+                 fails_with="'NoneType' object has no attribute 'shape'", beside=("all",))
+
+
+@pytest.mark.parametrize("case", [fsmt_case, cpmant_case, longt5_case], ids=["fsmt", "cpmant", "longt5"])
 def test_export_fails_without_the_row_and_matches_eager_with_it(make_agent, case):
     proving.prove(case(), make_agent)
 

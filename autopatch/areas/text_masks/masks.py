@@ -20,3 +20,13 @@ def cpmant_positions_by_arange(prepare_attention_mask):
         "torch.tensor(list(range(seqlen - self.prompt_length))[::-1], device=device)":
         "torch.arange(seqlen - self.prompt_length - 1, -1, -1, device=device)",
     })
+
+
+def longt5_default_mask_always(forward):
+    """``LongT5Stack.forward``: the default mask (``torch.ones(batch, past + seq)``) is built whenever none is given,
+    under export too, as eager code builds it."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(forward, {
+        "attention_mask is None and not is_torchdynamo_compiling()": "attention_mask is None",
+    })

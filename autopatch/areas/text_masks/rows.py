@@ -1,5 +1,6 @@
 """The rows of this area. Text models whose own mask code decides with Python on data or on a size: FSMT drops a
-padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``.
+padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``,
+LongT5 skips its default mask while compiling and then needs it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ ROWS = (
         "prompt_length))[::-1])`: range() of the sequence length makes it a Python int, so the program takes only "
         "the traced length. Rewritten from the source to the same descending positions by torch.arange.",
     ),
+    PatchSpec(
+        id="transformers.masks.longt5_default_mask",
+        family="transformers",
+        trigger="transformers.models.longt5.modeling_longt5",
+        target="LongT5Stack.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.masks:longt5_default_mask_always",
+        requires=("transformers>=4.56",),
+        fingerprints=("84b94e9124bf", "8cc7a40a8eee", "0d1e5260076e"),  # 4.57.6, 5.12.1, 5.23.0
+        reason="LongT5Stack.forward builds its all-ones default attention mask only when not compiling "
+        "(`... and not is_torchdynamo_compiling()`), then hands the missing mask to its local attention's block "
+        "split: an export called without attention_mask stops on `'NoneType' object has no attribute 'shape'`. "
+        "Rewritten from the source: the default mask is built under export too, as eager builds it.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -48,5 +63,10 @@ SUMMARIES = (
         ("transformers.masks.cpmant_prompt_positions",),
         "CPM-Ant numbered its mask's positions with `range(seq)` in Python, fixing the sequence length: the same "
         "positions by `torch.arange`.",
+    ),
+    (
+        ("transformers.masks.longt5_default_mask",),
+        "LongT5 skipped building its default all-ones mask while compiling, then its local attention split the "
+        "missing mask: an export without attention_mask stopped. The default mask is built under export too.",
     ),
 )
