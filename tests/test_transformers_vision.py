@@ -18,7 +18,8 @@ import autopatch
 import proving
 from autopatch import registry
 from autopatch.dynamic_shapes import fit_to_signature
-from autopatch.areas.vision.rows import PLACEHOLDER_MASK_MODELS, PLACEHOLDER_MESSAGE_MODELS
+from autopatch.areas.vision.rows import (PLACEHOLDER_MASK_4X_MORE, PLACEHOLDER_MASK_MODELS,
+                                         PLACEHOLDER_MESSAGE_MODELS)
 from autopatch.models import tiny, vlms
 from proving import Proof
 
@@ -310,6 +311,14 @@ def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_age
     """The same row on the catalogue's tiny model, strict."""
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT, strict=True),
                   make_agent)
+
+
+@pytest.mark.requires("transformers<5")
+@pytest.mark.parametrize("name", [row.model for row in PLACEHOLDER_MASK_4X_MORE])
+def test_more_4x_vlms_need_llavas_placeholder_mask_row(make_agent, name):
+    """Aria and Florence-2 share Llava's 4.x get_placeholder_mask: its Python comparison of the placeholder count
+    stops the export; with the row the catalogue's model matches eager at other image batches."""
+    proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_mask", DATA_DEPENDENT), make_agent)
 
 
 @pytest.mark.requires("transformers>=5.13")

@@ -21,6 +21,11 @@ PLACEHOLDER_MASK_MODELS = (
     PlaceholderModel("cohere2_vision", "Cohere2VisionModel"),
     PlaceholderModel("fuyu", "FuyuModel"),
 )
+#: More 4.x VLMs whose get_placeholder_mask is Llava's (4.57.6; their 5.0-5.11 sources are not proven here).
+PLACEHOLDER_MASK_4X_MORE = (
+    PlaceholderModel("aria", "AriaModel"),
+    PlaceholderModel("florence2", "Florence2Model"),
+)
 #: The 5.12+ get_placeholder_mask sources whose check formats the feature count into its message (strict export fixes
 #: the image batch to do so): (model, owner, fingerprints, the versions where its strict export fails without the
 #: row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and five
@@ -119,7 +124,7 @@ ROWS = (
             "Python if on a data-dependent size (guard Ne(u0, <features>)); under export the same condition is a "
             "torch._check_tensor_all (a runtime assertion), as 5.x does.",
         )
-        for model, owner in PLACEHOLDER_MASK_MODELS
+        for model, owner in (*PLACEHOLDER_MASK_MODELS, *PLACEHOLDER_MASK_4X_MORE)
     ),
     # 5.0-5.11: the same models share another get_placeholder_mask, whose check sizes a boolean selection.
     *(
@@ -411,7 +416,8 @@ SUMMARIES = (
             'transformers.vision.vipllava_placeholder_mask', 'transformers.vision.paligemma_placeholder_mask',
             'transformers.vision.aya_vision_placeholder_mask', 'transformers.vision.internvl_placeholder_mask',
             'transformers.vision.got_ocr2_placeholder_mask', 'transformers.vision.cohere2_vision_placeholder_mask',
-            'transformers.vision.fuyu_placeholder_mask',
+            'transformers.vision.fuyu_placeholder_mask', 'transformers.vision.aria_placeholder_mask',
+            'transformers.vision.florence2_placeholder_mask',
         ),
         "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint): a Python `if` on the number "
         'of image tokens, a data-dependent size; a runtime check instead.',
