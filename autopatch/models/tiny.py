@@ -325,8 +325,6 @@ def _shrink_node(config, remap: dict) -> None:
         # The last layers reuse the cache of the last earlier layer of their kind: the pattern twice, the second
         # copy sharing, so that every kind of layer has one to share from.
         unshared, depth = depth, min(full_depth, 2 * depth)
-        if shared >= full_depth:  # Gemma 4's assistant shares every layer (the target model's kvs): all still do
-            unshared, depth = 0, unshared
     _set_sizes(config, before, depth)
     if _is_int(shared) and 0 < shared and full_depth:
         _set(config, "num_kv_shared_layers", depth - unshared)
