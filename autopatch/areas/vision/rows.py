@@ -21,10 +21,15 @@ PLACEHOLDER_MASK_MODELS = (
     PlaceholderModel("cohere2_vision", "Cohere2VisionModel"),
     PlaceholderModel("fuyu", "FuyuModel"),
 )
-#: More 4.x VLMs whose get_placeholder_mask is Llava's (4.57.6; their 5.0-5.11 sources are not proven here).
+#: More 4.x VLMs whose get_placeholder_mask is Llava's or DeepSeek-VL's (4.57.6: Llava's check, the feature count
+#: computed inside the if): (model, owner, fingerprints). Their 5.0-5.11 sources are not proven here. Not
+#: DeepSeek-VL-Hybrid: the same source, but its 4.57 prefill exports without the row.
+Placeholder4x = table_row("Placeholder4x", ("model", "owner", "fingerprints"))
 PLACEHOLDER_MASK_4X_MORE = (
-    PlaceholderModel("aria", "AriaModel"),
-    PlaceholderModel("florence2", "Florence2Model"),
+    Placeholder4x("aria", "AriaModel", ("5d873236af34",)),
+    Placeholder4x("florence2", "Florence2Model", ("5d873236af34",)),
+    Placeholder4x("deepseek_vl", "DeepseekVLModel", ("6da7b8f9b40b",)),
+    Placeholder4x("janus", "JanusModel", ("6da7b8f9b40b",)),
 )
 #: The 5.12+ get_placeholder_mask sources whose check formats the feature count into its message (strict export fixes
 #: the image batch to do so): (model, owner, fingerprints, the versions where its strict export fails without the
@@ -119,12 +124,13 @@ ROWS = (
             mode="route",
             replacement="autopatch.areas.vision.vlm:llava_placeholder_mask",
             requires=("transformers>=4.56,<5",),
-            fingerprints=("5d873236af34",),
+            fingerprints=fingerprints,
             reason=f"{owner}.get_placeholder_mask (4.x) checks the image token count against the features with a "
             "Python if on a data-dependent size (guard Ne(u0, <features>)); under export the same condition is a "
             "torch._check_tensor_all (a runtime assertion), as 5.x does.",
         )
-        for model, owner in (*PLACEHOLDER_MASK_MODELS, *PLACEHOLDER_MASK_4X_MORE)
+        for model, owner, fingerprints in (*((model, owner, ("5d873236af34",)) for model, owner in
+                                             PLACEHOLDER_MASK_MODELS), *PLACEHOLDER_MASK_4X_MORE)
     ),
     # 5.0-5.11: the same models share another get_placeholder_mask, whose check sizes a boolean selection.
     *(
@@ -417,10 +423,11 @@ SUMMARIES = (
             'transformers.vision.aya_vision_placeholder_mask', 'transformers.vision.internvl_placeholder_mask',
             'transformers.vision.got_ocr2_placeholder_mask', 'transformers.vision.cohere2_vision_placeholder_mask',
             'transformers.vision.fuyu_placeholder_mask', 'transformers.vision.aria_placeholder_mask',
-            'transformers.vision.florence2_placeholder_mask',
+            'transformers.vision.florence2_placeholder_mask', 'transformers.vision.deepseek_vl_placeholder_mask',
+            'transformers.vision.janus_placeholder_mask',
         ),
-        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint): a Python `if` on the number "
-        'of image tokens, a data-dependent size; a runtime check instead.',
+        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family another, the same "
+        'check): a Python `if` on the number of image tokens, a data-dependent size; a runtime check instead.',
     ),
     (
         (
