@@ -182,8 +182,18 @@ def packed_attention_one_call(attention_forward):
     })
 
 
-#: The per-image feature counts, as Python ints.
-_SPLIT_SIZES = "split_sizes = (image_grid_thw.prod(-1) // self.visual.spatial_merge_size ** 2).tolist()"
+#: The per-image feature counts, as Python ints (``tower``: the model's attribute holding its vision tower).
+_SPLIT_SIZES = "split_sizes = (image_grid_thw.prod(-1) // self.{tower}.spatial_merge_size ** 2).tolist()"
+
+
+def _features_one_element(get_image_features, features: str, tower: str = "visual"):
+    """``get_image_features`` with its per-image ``torch.split(<features>, split_sizes)`` one element."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES.format(tower=tower): "pass",
+        f"torch.split({features}, split_sizes)": f"({features},)",
+    })
 
 
 def packed_image_features(get_image_features):
@@ -191,22 +201,12 @@ def packed_image_features(get_image_features):
     image with ``.tolist()`` sizes, which fixes the number of images; the caller's first act is
     ``torch.cat(pooler_output, dim=0)``. Rewritten from the source: one element holding every image's features,
     which concatenates to the same tensor."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(get_image_features, {
-        _SPLIT_SIZES: "pass",
-        "torch.split(vision_outputs.pooler_output, split_sizes)": "(vision_outputs.pooler_output,)",
-    })
+    return _features_one_element(get_image_features, "vision_outputs.pooler_output")
 
 
 def packed_image_features_4x(get_image_features):
     """The same for 4.x ``Qwen2VLModel.get_image_features``, which returns the split tuple itself."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(get_image_features, {
-        _SPLIT_SIZES: "pass",
-        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
-    })
+    return _features_one_element(get_image_features, "image_embeds")
 
 
 def packed_deepstack_image_features(get_image_features):
@@ -215,7 +215,7 @@ def packed_deepstack_image_features(get_image_features):
     from ...kit import substitute_expressions
 
     return substitute_expressions(get_image_features, {
-        _SPLIT_SIZES: "pass",
+        _SPLIT_SIZES.format(tower="visual"): "pass",
         "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
         "torch.split(feat, split_sizes)": "(feat,)",
     })

@@ -24,13 +24,17 @@ PLACEHOLDER_MASK_MODELS = (
 #: More 4.x VLMs whose get_placeholder_mask is Llava's or DeepSeek-VL's (4.57.6: Llava's check, the feature count
 #: computed inside the if): (model, owner, fingerprints). Their 5.0-5.11 sources are not proven here. Not
 #: DeepSeek-VL-Hybrid: the same source, but its 4.57 prefill exports without the row.
+LLAVA_MASK_4X = ("5d873236af34",)
 Placeholder4x = table_row("Placeholder4x", ("model", "owner", "fingerprints"))
 PLACEHOLDER_MASK_4X_MORE = (
-    Placeholder4x("aria", "AriaModel", ("5d873236af34",)),
-    Placeholder4x("florence2", "Florence2Model", ("5d873236af34",)),
+    Placeholder4x("aria", "AriaModel", LLAVA_MASK_4X),
+    Placeholder4x("florence2", "Florence2Model", LLAVA_MASK_4X),
     Placeholder4x("deepseek_vl", "DeepseekVLModel", ("6da7b8f9b40b",)),
     Placeholder4x("janus", "JanusModel", ("6da7b8f9b40b",)),
 )
+#: Every 4.x model of Llava's placeholder-mask row: the family above with Llava's source, then those.
+PLACEHOLDER_MASK_4X = (*(Placeholder4x(model, owner, LLAVA_MASK_4X) for model, owner in PLACEHOLDER_MASK_MODELS),
+                       *PLACEHOLDER_MASK_4X_MORE)
 #: The 5.12+ get_placeholder_mask sources whose check formats the feature count into its message (strict export fixes
 #: the image batch to do so): (model, owner, fingerprints, the versions where its strict export fails without the
 #: row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and five
@@ -129,8 +133,7 @@ ROWS = (
             "Python if on a data-dependent size (guard Ne(u0, <features>)); under export the same condition is a "
             "torch._check_tensor_all (a runtime assertion), as 5.x does.",
         )
-        for model, owner, fingerprints in (*((model, owner, ("5d873236af34",)) for model, owner in
-                                             PLACEHOLDER_MASK_MODELS), *PLACEHOLDER_MASK_4X_MORE)
+        for model, owner, fingerprints in PLACEHOLDER_MASK_4X
     ),
     # 5.0-5.11: the same models share another get_placeholder_mask, whose check sizes a boolean selection.
     *(
