@@ -257,6 +257,16 @@ def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
     return ys.permute(1, 2, 0), last
 
 
+def _scan_along(step, init, inputs: tuple, dim: int):
+    """``torch._higher_order_ops.scan`` of ``step`` over axis ``dim`` of every input (scan walks axis 0), the
+    stacked outputs' step axis put back at ``dim``: the loops below walk that axis in Python, which unrolls and
+    fixes its length. Returns ``(last carried value, outputs)``."""
+    from torch._higher_order_ops.scan import scan
+
+    last, outputs = scan(step, init, tuple(x.movedim(dim, 0) for x in inputs))
+    return last, outputs.movedim(0, dim)
+
+
 def gated_delta_chunks(new_values, k_cumdecay, query, key, intra_chunk_attn, chunk_decay, state):
     """The loop over chunks of ``torch_chunk_gated_delta_rule`` (Qwen3-Next, Qwen3.5 and kin: gated delta net
     prefill) as ``torch._higher_order_ops.scan`` over the chunk axis (dim 2 of every input), so the number of
@@ -264,8 +274,6 @@ def gated_delta_chunks(new_values, k_cumdecay, query, key, intra_chunk_attn, chu
     recurrent state S: ``v = new_values_i - k_cumdecay_i @ S``, output ``query_i @ S + intra_chunk_attn_i @ v``,
     ``S = S * chunk_decay_i + key_i^T @ v``: the loop's arithmetic in its order. Returns ``(outputs shaped as
     new_values, last state)``."""
-    torch = _torch()
-    from torch._higher_order_ops.scan import scan
 
     def step(s, xs):
         values_i, k_cumdecay_i, query_i, key_i, attn_i, decay_i = xs
@@ -273,9 +281,8 @@ def gated_delta_chunks(new_values, k_cumdecay, query, key, intra_chunk_attn, chu
         out = query_i @ s + attn_i @ v_new
         return s * decay_i + key_i.transpose(-1, -2) @ v_new, out
 
-    chunks_first = tuple(x.movedim(2, 0) for x in (new_values, k_cumdecay, query, key, intra_chunk_attn, chunk_decay))
-    last, outputs = scan(step, state, chunks_first)
-    return outputs.movedim(0, 2).contiguous(), last
+    last, outputs = _scan_along(step, state, (new_values, k_cumdecay, query, key, intra_chunk_attn, chunk_decay), 2)
+    return outputs.contiguous(), last
 
 
 def kda_chunks(query, key, value, g, k_cumdecay, decay_mask, mask, state):
@@ -285,8 +292,6 @@ def kda_chunks(query, key, value, g, k_cumdecay, decay_mask, mask, state):
     and the log-decays g_i cumulated over the chunk per channel: output ``(q_i * exp(g_i)) @ S`` plus the chunk's
     masked intra-attention times ``v = v_i - k_cumdecay_i @ S``, then ``S = S * exp(g_i[last]) + (k_i * exp(g_i[last]
     - g_i))^T @ v``: the loop's arithmetic in its order. Returns ``(outputs shaped as value, last state)``."""
-    torch = _torch()
-    from torch._higher_order_ops.scan import scan
 
     def step(s, xs):
         q_i, k_i, v_i, g_i, k_cumdecay_i, decay_i = xs
@@ -297,9 +302,8 @@ def kda_chunks(query, key, value, g, k_cumdecay, decay_mask, mask, state):
         s = s * g_i[:, :, -1].exp().unsqueeze(-1) + (k_i * (g_i[:, :, -1:] - g_i).exp()).transpose(-1, -2) @ v_new
         return s, out
 
-    chunks_first = tuple(x.movedim(2, 0) for x in (query, key, value, g, k_cumdecay, decay_mask))
-    last, outputs = scan(step, state, chunks_first)
-    return outputs.movedim(0, 2).contiguous(), last
+    last, outputs = _scan_along(step, state, (query, key, value, g, k_cumdecay, decay_mask), 2)
+    return outputs.contiguous(), last
 
 
 def decayed_linear_attention(query, key, value, state, ratio):
@@ -309,16 +313,14 @@ def decayed_linear_attention(query, key, value, state, ratio):
     ``[B, H, T, D]``; ``state``: ``[B, H, D, D]``; ``ratio``: ``[H, 1, 1]``. Returns ``([outputs [B, H, T, D]],
     last state)``: the outputs in a one-element list, as the loop leaves them for its ``torch.cat``."""
     torch = _torch()
-    from torch._higher_order_ops.scan import scan
 
     def step(s, xs):
         q_i, k_i, v_i = (x.unsqueeze(2) for x in xs)  # [B, H, 1, D]
         s = ratio * s + torch.matmul(k_i.transpose(-1, -2), v_i)
         return s, torch.matmul(q_i, s)[:, :, 0]
 
-    tokens_first = tuple(x.movedim(2, 0) for x in (query, key, value))
-    last, outputs = scan(step, state, tokens_first)  # outputs: [T, B, H, D]
-    return [outputs.movedim(0, 2)], last
+    last, outputs = _scan_along(step, state, (query, key, value), 2)
+    return [outputs], last
 
 
 def wkv_recurrence(time_decay, time_first, key, value, state: tuple, out_dtype):
@@ -328,7 +330,6 @@ def wkv_recurrence(time_decay, time_first, key, value, state: tuple, out_dtype):
     ``[B, C]`` float32; ``time_decay`` already ``-exp(w)``. Returns ``(output [B, T, C] in out_dtype, (num, den,
     max))``."""
     torch = _torch()
-    from torch._higher_order_ops.scan import scan
 
     def step(carry, xs):
         num_state, den_state, max_state = carry
@@ -347,8 +348,8 @@ def wkv_recurrence(time_decay, time_first, key, value, state: tuple, out_dtype):
         # input's batch a symbol of its own), but scan's carry must keep its init's shape: said, and checked.
         torch._check(carried.size(0) == key.size(0))
     init = tuple(carried.contiguous() for carried in state)  # a cached state is a strided slice of the cache
-    last, outputs = scan(step, init, (key.transpose(0, 1), value.transpose(0, 1)))  # outputs: [T, B, C]
-    return outputs.transpose(0, 1), last
+    last, outputs = _scan_along(step, init, (key, value), 1)
+    return outputs, last
 
 
 def mlstm_recurrence(step, query, key, value, igate, fgate, states: tuple, **options):
@@ -357,8 +358,6 @@ def mlstm_recurrence(step, query, key, value, igate, fgate, states: tuple, **opt
     (``mlstm_recurrent_step_native``), with the loop's slices and ``options`` (eps, state dtype). ``query``,
     ``key``, ``value``: ``[B, H, T, D]``; gates ``[B, H, T]``; ``states``: ``(C, n, m)``. Returns ``(H [B, H, T,
     Dv], (C, n, m))``, what the loop's ``torch.stack`` and last states are."""
-    torch = _torch()
-    from torch._higher_order_ops.scan import scan
 
     def one_token(carried, xs):
         q_t, k_t, v_t, i_t, f_t = xs
@@ -366,9 +365,9 @@ def mlstm_recurrence(step, query, key, value, igate, fgate, states: tuple, **opt
                             value=v_t, igate=i_t[..., None], fgate=f_t[..., None], **options)
         return tuple(carried), h_t
 
-    tokens_first = tuple(x.movedim(2, 0) for x in (query, key, value, igate, fgate))
-    last, outputs = scan(one_token, tuple(state.contiguous() for state in states), tokens_first)  # [T, B, H, Dv]
-    return outputs.movedim(0, -2), last
+    init = tuple(state.contiguous() for state in states)
+    last, outputs = _scan_along(one_token, init, (query, key, value, igate, fgate), 2)
+    return outputs, last
 
 
 def gated_recurrence(gate, inputs, state, acc_dtype):
@@ -376,7 +375,6 @@ def gated_recurrence(gate, inputs, state, acc_dtype):
     length), as ``torch._higher_order_ops.scan`` over the tokens: ``h = gate_t * h + x_t`` in ``acc_dtype``, each
     output cast back to the inputs' dtype, the loop's arithmetic in its order. ``gate``, ``inputs``: ``[B, T, W]``;
     ``state``: ``[B, W]``. Returns ``(outputs [B, T, W], last state)``."""
-    from torch._higher_order_ops.scan import scan
 
     def step(h, xs):
         gate_t, x_t = xs
@@ -384,8 +382,8 @@ def gated_recurrence(gate, inputs, state, acc_dtype):
         h = h + x_t.type(acc_dtype)
         return h.clone(), h.type(inputs.dtype)
 
-    last, outputs = scan(step, state.contiguous(), (gate.transpose(0, 1), inputs.transpose(0, 1)))
-    return outputs.transpose(0, 1), last
+    last, outputs = _scan_along(step, state.contiguous(), (gate, inputs), 1)
+    return outputs, last
 
 
 def block_diagonal_mask(cu_seqlens, like):

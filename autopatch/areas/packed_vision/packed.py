@@ -209,6 +209,12 @@ def packed_image_features_4x(get_image_features):
     return _features_one_element(get_image_features, "image_embeds")
 
 
+def hyperclovax_features_one_element(get_image_features):
+    """The same for ``HyperCLOVAXVisionV2Model.get_image_features`` (5.13+), whose tower is ``self.vision_model``
+    and whose split features are ``image_embeds``."""
+    return _features_one_element(get_image_features, "image_embeds", tower="vision_model")
+
+
 def packed_deepstack_image_features(get_image_features):
     """The same for Qwen3-VL-style ``get_image_features`` (5.23), which also splits each deepstack layer's
     features per image (its caller concatenates those too)."""

@@ -279,6 +279,19 @@ ROWS = (
         )
         for model in INTERPOLATION_MODELS
     ),
+    PatchSpec(
+        id="transformers.vision.hyperclovax_vision_v2_features",
+        family="transformers",
+        trigger="transformers.models.hyperclovax_vision_v2.modeling_hyperclovax_vision_v2",
+        target="HyperCLOVAXVisionV2Model.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.areas.packed_vision.packed:hyperclovax_features_one_element",
+        requires=("transformers>=5.13",),
+        fingerprints=("1f873c87cdbf",),  # 5.23.0
+        reason="HyperCLOVAX-Vision V2's get_image_features splits the merged features per image with `.tolist()` "
+        "sizes (Qwen2-VL's split, through self.vision_model), which fixes the number of images; the caller "
+        "concatenates them back. Rewritten from the source: one element holding every image's features.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -327,5 +340,11 @@ SUMMARIES = (
         "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
         "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
         '(`_position_grid_4x`).',
+    ),
+    (
+        ('transformers.vision.hyperclovax_vision_v2_features',),
+        "HyperCLOVAX-Vision V2 splits its merged image features per image with Qwen2-VL's `.tolist()` sizes (read "
+        "through `self.vision_model`), fixing the image count; its caller concatenates them straight back: one "
+        "element holding every image's features instead, the same tensor once concatenated.",
     ),
 )

@@ -391,19 +391,6 @@ ROWS = (
         "sample with `.tolist()` sizes, which fixes the batch; forward concatenates them straight back. Rewritten "
         "from the source: one element holding every sample's features, which concatenates to the same tensor.",
     ),
-    PatchSpec(
-        id="transformers.vision.hyperclovax_vision_v2_features",
-        family="transformers",
-        trigger="transformers.models.hyperclovax_vision_v2.modeling_hyperclovax_vision_v2",
-        target="HyperCLOVAXVisionV2Model.get_image_features",
-        mode="rewrite",
-        replacement="autopatch.areas.vision.vlm:hyperclovax_features_one_element",
-        requires=("transformers>=5.13",),
-        fingerprints=("1f873c87cdbf",),  # 5.23.0
-        reason="HyperCLOVAX-Vision V2's get_image_features splits the merged features per image with `.tolist()` "
-        "sizes (Qwen2-VL's split, through self.vision_model), which fixes the number of images; the caller "
-        "concatenates them back. Rewritten from the source: one element holding every image's features.",
-    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -515,9 +502,9 @@ SUMMARIES = (
         "`patches > 1` before its mask).",
     ),
     (
-        ('transformers.vision.granite_docling_features', 'transformers.vision.hyperclovax_vision_v2_features'),
-        "Granite-Docling (per sample, deepstack layers too) and HyperCLOVAX-Vision V2 (per image) split their "
-        "image features with `.tolist()` sizes that their callers concatenate straight back, fixing the batch or "
-        "the image count: one element holding every feature instead, the same tensor once concatenated.",
+        ('transformers.vision.granite_docling_features',),
+        "Granite-Docling splits its image features per sample (each deepstack layer's too) with `.tolist()` "
+        "sizes that forward concatenates straight back, fixing the batch: one element holding every sample's "
+        "features instead, the same tensor once concatenated.",
     ),
 )

@@ -236,18 +236,6 @@ def granite_docling_features_one_element(get_image_features):
     })
 
 
-def hyperclovax_features_one_element(get_image_features):
-    """A rewriter for ``HyperCLOVAXVisionV2Model.get_image_features`` (5.23): Qwen2-VL's per-image split (read
-    through ``self.vision_model``), which fixes the number of images; its caller concatenates the pieces. One
-    element holding every image's features instead."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(get_image_features, {
-        "split_sizes = (image_grid_thw.prod(-1) // self.vision_model.spatial_merge_size**2).tolist()": "pass",
-        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
-    })
-
-
 def fuyu_image_features(self, pixel_values, **kwargs):
     """FuyuModel.get_image_features (4.x) without its loop over the images: every image's patches embedded at
     once, as one list element of ``[images * patches, hidden]`` (what ``torch.cat`` of the per-image list gives)."""
