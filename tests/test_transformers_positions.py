@@ -4,7 +4,8 @@ and cut the new tokens' with ``position_ids[:, past:]``.
 A decode step traced with several new tokens (the usual export of a step that takes a chunk, or speculative
 tokens) exports without the rows, but its program refuses every one-token step: torch guarded on the traced value
 of "mask length - past" while checking contiguity. With the rows the program runs one-token and longer steps, left
-padding included, and matches eager (logits and every cache tensor); ONNX through onnxruntime too."""
+padding included, and matches eager (logits and every cache tensor); ONNX through onnxruntime too. Beside them:
+Reformer's axial positions picked per sample in a loop, and 5.x CTRL's table assigned back to its buffer (strict)."""
 
 
 import pytest
@@ -81,3 +82,18 @@ def test_reformer_axial_positions_fail_without_the_row_and_match_eager_with_it(m
 
     proving.prove(Proof("reformer/prefill", build_case, rows=("transformers.positions.reformer_axial",),
                         beside=("all",), fails_with="Constraints violated"), make_agent)
+
+
+@pytest.mark.requires("transformers>=5.13")
+def test_ctrl_strict_decode_fails_without_the_row_and_matches_eager_with_it(make_agent):
+    """5.x CTRL assigns its cast position table back to its buffer in forward, which Dynamo cannot follow: a
+    strict export of its decode step (the tiny catalogue's) stops without the row; with it other batches, past
+    lengths and step lengths match eager, the cache included."""
+    def build_case():
+        arch = tiny.architecture("ctrl", "causal")
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, "decode", k) for k in range(3))
+        return model, traced, other, [other, third]
+
+    proving.prove(Proof("ctrl/decode-strict", build_case, rows=("transformers.positions.ctrl_table",),
+                        beside=("all",), fails_with="python_type", strict=True), make_agent)

@@ -337,3 +337,31 @@ def test_strict_export_of_a_model_never_called_before(make_agent):
     case = strict_case("llava", HOOKS_ROW, "Unsupported context manager", runs=((4, 8, 4),))
     proving.fails_without(case, make_agent)  # each half builds its own model, never called before
     proving.exports_with(case, make_agent)
+
+
+NESTED_ROWS = ("transformers.output_capturing.nested_collectors", "transformers.output_capturing.nested_collectors_reset")
+
+
+@pytest.mark.requires("transformers>=5.12")
+@pytest.mark.parametrize("hidden_states", [False, True], ids=["plain", "hidden_states"])
+def test_strict_export_of_nested_capturing_models(make_agent, hidden_states):
+    """GIT's model runs its vision tower (a capture_outputs model of its own) and then its text layers, whose
+    hooks read the collector: under Dynamo the tower's exit had cleared it, and the hooks' fallback (the
+    ContextVar) stops a strict export. With the rows the outer collector is restored: the strict program matches
+    eager at other batches and lengths, the text layers' hidden states included when they are asked for."""
+    case = catalogue_case("git", NESTED_ROWS[0], "Unsupported method call", strict=True)
+    sets = []
+
+    def build():
+        model, *inputs = case.build()
+        if hidden_states:
+            inputs = [{**one, "output_hidden_states": True} for one in inputs[:2]] + [
+                [{**one, "output_hidden_states": True} for one in inputs[2]]]
+        sets[:] = inputs[:2]
+        return model, *inputs
+
+    def shapes(model):  # the flag travels in forward's **kwargs
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(*sets))
+
+    proving.prove(dataclasses.replace(case, build=build, rows=NESTED_ROWS, shapes=shapes), make_agent)
+

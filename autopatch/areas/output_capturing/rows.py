@@ -20,6 +20,35 @@ ROWS = (
         "vision tower) first called inside the export stops. When an export starts, that first-call installation "
         "runs for the exported module's capturing submodules, outside the trace, as their first eager call would.",
     ),
+    PatchSpec(
+        id="transformers.output_capturing.nested_collectors",
+        family="transformers",
+        trigger="transformers.utils.output_capturing",
+        target="CompileableContextVar.set",
+        mode="route",
+        replacement="autopatch.areas.output_capturing.nesting:set_keeping_outer",
+        requires=("transformers>=5.0",),
+        fingerprints=("d3d224605f03",),  # 5.3.0, 5.12.1, 5.23.0
+        reason="strict=True: under Dynamo the collector of capture_outputs is a plain attribute that a nested "
+        "decorated model's exit clears, so the outer model's next hooked module reads the ContextVar, which Dynamo "
+        "cannot ('Unsupported method call': GIT's vision tower, then its text layers). Under Dynamo, set hands "
+        "back the outer collector as its token and reset (`_nested_collectors_reset`) restores it, as the "
+        "ContextVar's token does in eager.",
+        needs=("transformers.output_capturing.nested_collectors_reset",),
+    ),
+    PatchSpec(
+        id="transformers.output_capturing.nested_collectors_reset",
+        family="transformers",
+        trigger="transformers.utils.output_capturing",
+        target="CompileableContextVar.reset",
+        mode="route",
+        replacement="autopatch.areas.output_capturing.nesting:reset_to_outer",
+        requires=("transformers>=5.0",),
+        fingerprints=("cc3170daa0c0",),  # 5.3.0, 5.12.1, 5.23.0
+        reason="The reset half of `transformers.output_capturing.nested_collectors`: a token it handed out restores "
+        "the outer collector; any other token goes to upstream's reset.",
+        needs=("transformers.output_capturing.nested_collectors",),
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -32,5 +61,12 @@ SUMMARIES = (
         'cannot enter ("Unsupported context manager"): a model exported straight after it is built stops. '
         "When an export starts, that first-call installation runs for the exported module's capturing "
         'submodules, outside the trace, exactly as their first eager call would.',
+    ),
+    (
+        ('transformers.output_capturing.nested_collectors*',),
+        "`strict=True` on 5.x: under Dynamo, capture_outputs keeps its collector in a plain attribute that a "
+        "nested decorated model's exit clears, so the outer model's next hooked module reads the ContextVar, "
+        "which Dynamo cannot (GIT: its vision tower, then its text layers). The outer collector is handed back "
+        "as the token and restored on exit, as the ContextVar does in eager.",
     ),
 )

@@ -1,6 +1,7 @@
 """The rows of this area. Models with learned position embeddings (OPT, 4.x BioGPT) count each token's position from
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
-``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch.
+``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch; 5.x CTRL assigns
+its cast sinusoidal table back to its buffer in forward.
 """
 
 from __future__ import annotations
@@ -52,6 +53,20 @@ ROWS = (
         "the batch (`index_select` per sample, `torch.cat`): the program takes only the traced batch. Rewritten "
         "from the source: one torch.gather along the positions, the same rows.",
     ),
+    PatchSpec(
+        id="transformers.positions.ctrl_table",
+        family="transformers",
+        trigger="transformers.models.ctrl.modeling_ctrl",
+        target="CTRLModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.positions.tables:ctrl_table_local",
+        # 5.12 and older keep the table in a plain attribute, which Dynamo follows
+        requires=("transformers>=5.13",),
+        fingerprints=("23b5a113b145",),  # 5.23.0
+        reason="strict=True: CTRL's forward casts its sinusoidal position table (a buffer) and assigns it back to "
+        "self.pos_encoding, which re-registers the buffer: Dynamo stops ('Unsupported python_type() call'). "
+        "Rewritten from the source: the cast table kept in a local and indexed from there, the same rows.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -68,5 +83,10 @@ SUMMARIES = (
         ('transformers.positions.reformer_axial',),
         "Reformer's axial position embeddings picked each sample's positions in a Python loop over the batch, "
         "fixing it: one `torch.gather` of the same rows.",
+    ),
+    (
+        ('transformers.positions.ctrl_table',),
+        "`strict=True` on 5.x CTRL: forward assigned its cast sinusoidal table back to its buffer, which Dynamo "
+        "cannot follow: the cast table is kept in a local, the same rows indexed.",
     ),
 )
