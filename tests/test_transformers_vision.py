@@ -365,3 +365,10 @@ def test_strict_export_of_nested_capturing_models(make_agent, hidden_states):
 
     proving.prove(dataclasses.replace(case, build=build, rows=NESTED_ROWS, shapes=shapes), make_agent)
 
+
+
+def test_udop_prefill_fails_without_its_row_and_matches_eager_with_it(make_agent):
+    """UDOP (the catalogue's, boxes drawn at random) appends each sample's uncovered image patches to its text
+    through per-sample Python lists: without the row the export stops; with it other batches and text lengths
+    (other covered patches) match eager, every output leaf."""
+    proving.prove(catalogue_case("udop", "transformers.vision.udop_combine_embeddings", "not allocated"), make_agent)

@@ -391,6 +391,20 @@ ROWS = (
         "sample with `.tolist()` sizes, which fixes the batch; forward concatenates them straight back. Rewritten "
         "from the source: one element holding every sample's features, which concatenates to the same tensor.",
     ),
+    PatchSpec(
+        id="transformers.vision.udop_combine_embeddings",
+        family="transformers",
+        trigger="transformers.models.udop.modeling_udop",
+        target="combine_image_text_embeddings",
+        mode="route",
+        replacement="autopatch.areas.vision.documents:udop_combine_embeddings",
+        requires=("transformers>=4.56",),
+        fingerprints=("29b0d554b8ba", "341f9119c1d4", "3b6640359978"),  # 4.57.6, 5.12.1, 5.23.0
+        reason="UDOP appends to the text each sample's image patches that no token's box covers, selected sample "
+        "by sample into Python lists and padded back to the patch count: the batch is fixed and the count is a "
+        "value torch cannot trace ('data is not allocated yet'). One stable sort puts each sample's uncovered "
+        "patches first, in order, and the places past its count get upstream's zero padding: the same rows.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -506,5 +520,10 @@ SUMMARIES = (
         "Granite-Docling splits its image features per sample (each deepstack layer's too) with `.tolist()` "
         "sizes that forward concatenates straight back, fixing the batch: one element holding every sample's "
         "features instead, the same tensor once concatenated.",
+    ),
+    (
+        ('transformers.vision.udop_combine_embeddings',),
+        "UDOP appended each sample's uncovered image patches to its text through per-sample Python lists (the "
+        "batch fixed, the count untraceable): one stable sort moves them first, zeros after, the same rows.",
     ),
 )
