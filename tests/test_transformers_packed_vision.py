@@ -1,6 +1,6 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
-prefills (5.23) and seven models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
-GLM-OCR, GLM-4.6V, Cosmos3-Omni), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed
+prefills (5.23) and eight models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
+GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed
 into one patch sequence, exported with the number of images, their sizes, the batch and the text length all
 dynamic.
 
@@ -44,9 +44,10 @@ def _rows(model):
             "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *extra))
     tower = packed_rows.BORROWED_TOWERS.get(model, model)  # GLM-4.6V and Cosmos3-Omni: another model's tower
     rows = [f"transformers.vision.{tower}_{row}" for row in ("patch_positions_packed", "attention_packed")]
-    rows += [f"transformers.vision.{model}_{row}" for row in ("image_features_packed", "rope_index")]
-    if model == "qwen2_5_vl":
-        rows.append("transformers.vision.qwen2_5_vl_windows_packed")
+    rows += [f"transformers.vision.{model}_{row}" for row in ("image_features_packed", "rope_index")
+             if not (row == "rope_index" and model in packed_rows.NO_ROPE_INDEX)]
+    if model in packed_rows.WINDOWED_MODELS:
+        rows.append(f"transformers.vision.{model}_windows_packed")
     if tower in packed_rows.INTERPOLATION_MODELS:
         rows.append(f"transformers.vision.{tower}_interpolation_packed")
     if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
@@ -72,9 +73,14 @@ def _selected(rows):
 NO_CACHE_WHEN_STRICT = packed_rows.GATED_DELTA_TEXT
 
 
+#: Rows a model's text model needs beside (in both halves): EXAONE 4.5's sliding-window layers fill their cache.
+TEXT_ROWS = {"exaone4_5": ("transformers.cache.sliding_update",)}
+
+
 def packed_case(model, rows, beside=("pytree",), strict=False):
     """``model``'s prefill traced at two images and run at other images, grids, batches and lengths, with every
     size the packing reads dynamic (packed_vlms.dynamic_shapes)."""
+    beside = (*beside, *TEXT_ROWS.get(model, ()))
     def build():
         others = packed_vlms.others(model)
         module = packed_vlms.build(model)
@@ -181,7 +187,7 @@ def _random_batches(model, seed, count=60):
         yield ids, kinds, mask, *(torch.tensor(grids[k]) if grids[k] else None for k in (1, 2)), grids
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in NAMES_5])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in NAMES_5 if m not in packed_rows.NO_ROPE_INDEX])
 def test_rope_index_equals_upstream_on_mixed_batches(model):
     """The replacement of each 5.23 model against its own get_rope_index, with and without an attention mask."""
     rope = next(row for row in packed_rows.PACKED_VISION_MODELS if row.model == model).rope_index

@@ -1,9 +1,10 @@
 """Tiny Qwen2-VL-family VLMs, whose images are packed into one patch sequence, and their prefill inputs: one
 definition for the tests and any tool that builds them.
 
-    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and seven
-               models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR, and
-               GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves)
+    NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and eight
+               models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR,
+               GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves), and EXAONE 4.5 (Qwen2.5-VL's
+               tower with grouped key/value heads, a text model without a 3-axis rope index)
     NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
 
 An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
@@ -21,7 +22,7 @@ MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
-           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni")
+           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -113,6 +114,12 @@ def _config(name):
             text_config={**TEXT, "layer_types": ["full_attention"] * 2, "rope_parameters": {"full_attention": MROPE},
                          "bos_token_id": 0, "eos_token_id": 1},
             **TOKENS)
+    if name == "exaone4_5":  # Qwen2.5-VL's tower with 2 key/value heads; EXAONE 4's text model (1-D positions,
+        # its class's pattern of three sliding-window layers, then a full one)
+        return t.Exaone4_5_Config(
+            vision_config={**QWEN2_5_TOWER, "num_key_value_heads": 2},
+            text_config={**TEXT, "model_type": "exaone4", "head_dim": 16, "num_hidden_layers": 4}, image_token_id=IMAGE,
+            video_token_id=VIDEO)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -129,7 +136,8 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
                "cohere_compass": "CohereCompassForConditionalGeneration",
                "glm4v_moe": "Glm4vMoeForConditionalGeneration", "glm_ocr": "GlmOcrForConditionalGeneration",
-               "glm46v": "Glm46VForConditionalGeneration", "cosmos3_omni": "Cosmos3OmniForConditionalGeneration"}
+               "glm46v": "Glm46VForConditionalGeneration", "cosmos3_omni": "Cosmos3OmniForConditionalGeneration",
+               "exaone4_5": "Exaone4_5_ForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -163,9 +171,13 @@ def prefill(grids, text_len, seed):
             "image_grid_thw": torch.tensor(grids)}
 
 
+#: The models that find images by their tokens, without mm_token_type_ids: 4.57's, and EXAONE 4.5 (no rope index).
+WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5")
+
+
 def for_model(name, inputs):
-    """``inputs`` as the model ``name`` takes them: 4.57 has no mm_token_type_ids (it finds images by their tokens)."""
-    return {k: v for k, v in inputs.items() if not (name in NAMES_4 and k == "mm_token_type_ids")}
+    """``inputs`` as the model ``name`` takes them (mm_token_type_ids only where forward reads it)."""
+    return {k: v for k, v in inputs.items() if not (name in WITHOUT_TOKEN_TYPES and k == "mm_token_type_ids")}
 
 
 def traced(name):

@@ -44,6 +44,10 @@ PACKED_VISION_MODELS = (
                 "54bb4440fb12", "packed_image_features", "cc061dcad51d", "qwen3_vl_rope_index"),
     PackedModel("cosmos3_omni", None, None, "Cosmos3OmniModel",
                 "cf364b3e5fa9", "packed_deepstack_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
+    # EXAONE 4.5: Qwen2.5-VL's tower (its windows too) with grouped key/value heads in the attention (the rewritten
+    # statements are the same); its text model (EXAONE 4's) numbers positions with arange: no rope index.
+    PackedModel("exaone4_5", "Exaone4_5_VisionAttention", "75ec8318ec04", "Exaone4_5_Model",
+                "54bb4440fb12", "packed_image_features", None, None),
 )
 
 #: model -> the model whose module holds its vision tower (built by AutoModel from its vision config): that model's
@@ -60,6 +64,12 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
                             "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2"}
+
+#: Of those, the models whose text model has no 3-axis rope index (positions by arange): no rope row.
+NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
+
+#: Of those, the models with Qwen2.5-VL's windowed tower attention (vision_utils' window index, bound by name).
+WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5")
 
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
@@ -99,7 +109,8 @@ def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
     text_model = (f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()
     tower = BORROWED_TOWERS.get(model, model)
     return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
-                 for name in core if name != own) + text_model
+                 for name in core if name != own and not (name == "rope_index" and model in NO_ROPE_INDEX)
+                 ) + text_model
 
 
 ROWS = (
@@ -160,7 +171,7 @@ ROWS = (
                 "source: one element with every image's features"
                 + (" (and per deepstack layer)." if "deepstack" in features_rewriter else "."),
             ),
-            PatchSpec(
+            *((PatchSpec(
                 id=f"transformers.vision.{model}_rope_index",
                 family="transformers",
                 trigger=f"transformers.models.{model}.modeling_{model}",
@@ -173,7 +184,7 @@ ROWS = (
                 reason=f"{owner}.get_rope_index groups each sample's tokens with itertools.groupby over "
                 "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis "
                 "positions and deltas for every token at once, from cumulative sums over the batch.",
-            ),
+            ),) if rope_index else ()),
         )
     ),
     *(
@@ -250,18 +261,21 @@ ROWS = (
         reason="Resamples the learned position grid per image in a loop that reads the sizes and collects the "
         "taps and weights with .tolist(). The same four taps and weights for every patch at once.",
     ),
-    PatchSpec(
-        id="transformers.vision.qwen2_5_vl_windows_packed",
-        family="transformers",
-        trigger="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-        target="get_vision_window_index",  # the module's binding of vision_utils'
-        mode="route",
-        replacement="autopatch.areas.packed_vision.packed:packed_window_index",
-        requires=PACKED_VISION_REQUIRES,
-        fingerprints=("420d88ca4b33",),
-        reason="Qwen2.5-VL's windowed attention lists each image's windows in a loop over grid_thw.tolist(), "
-        "which fixes the number of images. The same token order and window bounds at once: every token gets its "
-        "window's number and place, one sort orders them.",
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_windows_packed",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target="get_vision_window_index",  # the module's binding of vision_utils'
+            mode="route",
+            replacement="autopatch.areas.packed_vision.packed:packed_window_index",
+            requires=PACKED_VISION_REQUIRES,
+            fingerprints=("420d88ca4b33",),
+            reason="Qwen2.5-VL's windowed attention lists each image's windows in a loop over grid_thw.tolist(), "
+            "which fixes the number of images. The same token order and window bounds at once: every token gets "
+            "its window's number and place, one sort orders them.",
+        )
+        for model in WINDOWED_MODELS
     ),
     *(
         PatchSpec(
@@ -340,6 +354,13 @@ SUMMARIES = (
         "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
         "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
         '(`_position_grid_4x`).',
+    ),
+    (
+        ('transformers.vision.exaone4_5_*_packed',),
+        "EXAONE 4.5 (5.23): Qwen2.5-VL's tower, grouped key/value heads in its attention, and Qwen2-VL's feature "
+        "split: the same four rows as Qwen2.5-VL's tower and features (positions, attention, windows, features); "
+        "its text model numbers positions with arange, so there is no rope index row (its sliding-window layers use "
+        "`transformers.cache.sliding_update`).",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),
