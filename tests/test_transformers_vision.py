@@ -372,3 +372,11 @@ def test_udop_prefill_fails_without_its_row_and_matches_eager_with_it(make_agent
     through per-sample Python lists: without the row the export stops; with it other batches and text lengths
     (other covered patches) match eager, every output leaf."""
     proving.prove(catalogue_case("udop", "transformers.vision.udop_combine_embeddings", "not allocated"), make_agent)
+
+
+def test_udop_prefill_converts_to_onnx_and_matches_eager(make_agent, onnx_extra):
+    """The row sorts unique keys (a stable sort has no ONNX translation): the same prefill through
+    torch.onnx.export and onnxruntime matches eager at the other batches and text lengths, every output leaf."""
+    model, traced, other, runs = catalogue_case("udop", "transformers.vision.udop_combine_embeddings", "").build()
+    make_agent()
+    proving.assert_onnx_runs_match(proving.export_onnx(model, traced, other), model, runs, rtol=1e-4, atol=1e-5)

@@ -4,7 +4,7 @@ UDOP adds to each OCR token the embedding of the image patch under its box centr
 patches no token covers, sample by sample (a boolean selection per sample, padded back to the number of patches):
 the count differs per sample, so upstream builds Python lists, which fix the batch and make the count a value
 torch cannot trace ("The tensor has a non-zero number of elements, but its data is not allocated yet"). One
-stable sort puts every sample's uncovered patches first, in patch order; the places past each sample's count
+sort puts every sample's uncovered patches first, in patch order; the places past each sample's count
 get the padding upstream appends (zeros). The same rows, in the same order.
 """
 
@@ -31,8 +31,9 @@ def udop_combine_embeddings(image_embeddings, inputs_embeds, bbox, visual_bbox, 
     inputs_embeds += repeated_vision_embeds
 
     uncovered = torch.ones_like(image_embeddings[:, :, 0], dtype=torch.bool).scatter(1, ocr_points, False)
-    # uncovered patches first (False sorts before True), each group in patch order: stable
-    order = torch.sort((~uncovered).to(torch.uint8), dim=1, stable=True).indices
+    # uncovered patches first, each group in patch order: one sort of unique keys (a stable sort has no ONNX form)
+    places = torch.arange(uncovered.shape[1], device=uncovered.device)
+    order = torch.argsort((~uncovered).long() * uncovered.shape[1] + places, dim=1)
     kept = torch.gather(uncovered, 1, order)  # True for the first `count` places of each sample
 
     def compact(values):  # [B, P, ...] -> each sample's uncovered rows, then zeros

@@ -402,7 +402,7 @@ ROWS = (
         fingerprints=("29b0d554b8ba", "341f9119c1d4", "3b6640359978"),  # 4.57.6, 5.12.1, 5.23.0
         reason="UDOP appends to the text each sample's image patches that no token's box covers, selected sample "
         "by sample into Python lists and padded back to the patch count: the batch is fixed and the count is a "
-        "value torch cannot trace ('data is not allocated yet'). One stable sort puts each sample's uncovered "
+        "value torch cannot trace ('data is not allocated yet'). One sort puts each sample's uncovered "
         "patches first, in order, and the places past its count get upstream's zero padding: the same rows.",
     ),
 )
@@ -524,6 +524,6 @@ SUMMARIES = (
     (
         ('transformers.vision.udop_combine_embeddings',),
         "UDOP appended each sample's uncovered image patches to its text through per-sample Python lists (the "
-        "batch fixed, the count untraceable): one stable sort moves them first, zeros after, the same rows.",
+        "batch fixed, the count untraceable): one sort moves them first, zeros after, the same rows.",
     ),
 )
