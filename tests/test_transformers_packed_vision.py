@@ -1,8 +1,8 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
 prefills (5.23) and eight models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
-GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose images are packed
-into one patch sequence, exported with the number of images, their sizes, the batch and the text length all
-dynamic.
+GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose
+images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the text
+length all dynamic.
 
 Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
 chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
@@ -81,6 +81,7 @@ def packed_case(model, rows, beside=("pytree",), strict=False):
     """``model``'s prefill traced at two images and run at other images, grids, batches and lengths, with every
     size the packing reads dynamic (packed_vlms.dynamic_shapes)."""
     beside = (*beside, *TEXT_ROWS.get(model, ()))
+
     def build():
         others = packed_vlms.others(model)
         module = packed_vlms.build(model)

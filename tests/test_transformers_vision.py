@@ -339,7 +339,8 @@ def test_strict_export_of_a_model_never_called_before(make_agent):
     proving.exports_with(case, make_agent)
 
 
-NESTED_ROWS = ("transformers.output_capturing.nested_collectors", "transformers.output_capturing.nested_collectors_reset")
+NESTED_ROWS = ("transformers.output_capturing.nested_collectors",
+               "transformers.output_capturing.nested_collectors_reset")
 
 
 @pytest.mark.requires("transformers>=5.12")
@@ -364,7 +365,6 @@ def test_strict_export_of_nested_capturing_models(make_agent, hidden_states):
         return fit_to_signature(model, autopatch.guess_dynamic_shapes(*sets))
 
     proving.prove(dataclasses.replace(case, build=build, rows=NESTED_ROWS, shapes=shapes), make_agent)
-
 
 
 def test_udop_prefill_fails_without_its_row_and_matches_eager_with_it(make_agent):
