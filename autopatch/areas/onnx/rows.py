@@ -72,6 +72,19 @@ ROWS = (
         "on ties, as torch) over a lower-triangular mask.",
     ),
     PatchSpec(
+        id="torch.onnx.floordiv_rounds_down",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._registration",
+        target="ONNXRegistry.from_torchlib",
+        mode="install",
+        replacement="autopatch.areas.onnx.translations:install_floordiv",
+        requires=TORCH_ONNX,
+        reason="torchlib translates `//` between sizes as ONNX Div, which truncates toward zero where Python rounds "
+        "down: -(-n // k), the ceiling idiom, came out one short, silently in a slice or a reshape (4.x Reformer's "
+        "axial positions: onnxruntime refused the gather). The truncated quotient, one less where the signs differ "
+        "and a remainder is left.",
+    ),
+    PatchSpec(
         id="torch.onnx.rsub_of_a_number",
         family="torch",
         trigger="torch.onnx._internal.exporter._decomp",
@@ -183,6 +196,15 @@ SUMMARIES = (
         'torchlib has no translation for `cummax` either, with which the same rows carry each token\'s image and '
         'run start forward. The running maximum and its index (the latest on ties, as torch) over a '
         'lower-triangular mask. Same wrapper.',
+    ),
+    (
+        ('torch.onnx.floordiv_rounds_down',),
+        'torch.export records arithmetic on sizes as Python operators, and torchlib translates `//` between '
+        'them as ONNX `Div`, which truncates toward zero where Python rounds down. They differ when the signs '
+        'differ and a remainder is left: the ceiling idiom `-(-n // k)` came out one short, which a slice or '
+        "a reshape takes silently (4.x Reformer cuts its axial position table so: its ONNX model's gather then "
+        'reached past the cut and onnxruntime refused it). The truncated quotient, one less in exactly those '
+        'cases. Same wrapper.',
     ),
     (
         ('torch.onnx.rsub_of_a_number',),

@@ -27,6 +27,13 @@ Rows share one wrapper around ``from_torchlib``; each adds or removes its own en
   below each value (every value against every entry: exact for a sorted sequence, memory values x entries).
 * ``torch.onnx.cummax``: nor ``cummax``, with which the same rows carry each token's image and run start forward.
   The running maximum and its index (the latest on ties, as torch), every position against every earlier one.
+* ``torch.onnx.floordiv_rounds_down``: torch.export records arithmetic on sizes as Python operators; torchlib
+  translates ``//`` on them as ONNX ``Div``, which truncates toward zero, where Python's rounds down. The two differ
+  whenever the operands' signs differ and the division is not exact: the ceiling idiom ``-(-n // k)`` then loses
+  one, and ``(n - 1) // k`` at ``n = 0`` gives 0 for -1. transformers 4.x Reformer cuts its axial position table to
+  ``-(-(max_id + 1) // width)`` columns: the ONNX model cut one column short and onnxruntime refused the gather;
+  a slice or a reshape can take the short value silently. Python's floor: the truncated quotient, one less where
+  the signs differ and a remainder is left.
 * ``torch.onnx.sdpa_masked_rows``: torch's ``scaled_dot_product_attention`` answers zeros for a query row whose
   boolean mask hides every key (its safe softmax); torchlib's translation adds the mask as a large negative
   number and answers the mean of the values instead. Every left-padded batch has such rows (the padding tokens'
@@ -48,6 +55,7 @@ SDPA_MASKED_ROWS = "torch.onnx.sdpa_masked_rows"
 COMPLEX_UNSQUEEZE = "torch.onnx.complex_unsqueeze"
 SEARCHSORTED = "torch.onnx.searchsorted"
 CUMMAX = "torch.onnx.cummax"
+FLOORDIV = "torch.onnx.floordiv_rounds_down"
 
 #: patch id -> [operator resolver, translation, installs]: the rows installed now; the shared wrapper registers
 #: them all.
@@ -202,6 +210,30 @@ def cummax_to_onnx(self, dim: int):
 def install_cummax(record, owner, name, raw):
     """Installer of ``torch.onnx.cummax`` on ``ONNXRegistry.from_torchlib``."""
     return _install(record, _aten("cummax"), cummax_to_onnx, owner, name, raw)
+
+
+def floordiv_to_onnx(self, other):
+    """``operator.floordiv`` of two sizes (int64 scalars or Python ints), as Python rounds it: down. ONNX ``Div``
+    truncates toward zero, which is the floor only when the signs agree or nothing remains. (A symbolic float's
+    ``//`` reaches the program as ``truediv`` then ``math.floor``, never as this operator.)"""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    kit.count_hit(FLOORDIV)
+    numerator, divisor = (op.Constant(value_int=v) if isinstance(v, int) else op.Cast(v, to=ir.DataType.INT64)
+                          for v in (self, other))
+    truncated = op.Div(numerator, divisor)
+    zero = op.Constant(value_int=0)
+    signs_differ = op.Xor(op.Less(numerator, zero), op.Less(divisor, zero))
+    remainder_left = op.Not(op.Equal(op.Mul(truncated, divisor), numerator))
+    return op.Sub(truncated, op.Cast(op.And(signs_differ, remainder_left), to=ir.DataType.INT64))
+
+
+def install_floordiv(record, owner, name, raw):
+    """Installer of ``torch.onnx.floordiv_rounds_down`` on ``ONNXRegistry.from_torchlib``."""
+    import operator
+
+    return _install(record, lambda: operator.floordiv, floordiv_to_onnx, owner, name, raw)
 
 
 def install_sdpa_masked_rows(record, owner, name, raw):
