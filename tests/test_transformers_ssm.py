@@ -225,6 +225,32 @@ def test_lightning_decode_matches_eager_for_every_step_length(make_agent):
     assert own.records[LIGHTNING_ROW].state in state.INSTALLED
 
 
+# --- Zaya: the convolution states' batch ------------------------------------------------------------------------
+
+ZAYA_ROW = "transformers.zaya.conv_mask_batch"
+
+
+def zaya_case(padded):
+    """The catalogue's Zaya decode step, traced on a batch of 2 with 3 new tokens after 6, run on a batch of 3 (2
+    new tokens) and another with one new token (generate's usual step): of 1 unpadded, of 4 left-padded."""
+    from autopatch.models import tiny
+
+    def build_case():
+        arch = tiny.architecture("zaya", "causal")
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, "decode", k, padded=padded) for k in range(3))
+        return model, traced, other, [other, third]
+
+    return Proof("zaya/decode", build_case, rows=(ZAYA_ROW,), beside=("all",), fails_with="Guard failed",
+                 fails_at_run=True)
+
+
+@requires("transformers>=5.23")  # the versions we run that ship Zaya
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left-padded"])
+def test_zaya_decode_refuses_other_steps_without_its_row_and_matches_eager_with_it(make_agent, padded):
+    proving.prove(zaya_case(padded), make_agent)
+
+
 # --- RWKV: the time mixing's loop over the tokens ----------------------------------------------------------------
 
 WKV_ROW = "transformers.rwkv.wkv_scan"

@@ -81,6 +81,15 @@ def known_as(value, size, why: str):
     return size
 
 
+def same_batch(value, like):
+    """``value``, whose first size the surrounding code needs to equal ``like``'s (a padding mask and the hidden
+    states it masks): under tracing the program states it (``torch._check``: one size where the dynamic shapes
+    gave two), so later concatenations and views see a single batch; another batch at run time is refused."""
+    if is_traced_tensor(value):
+        _torch()._check(value.shape[0] == like.shape[0])  # no message: a message callable stops strict export
+    return value
+
+
 def is_empty(value) -> bool:
     """``len(value) == 0`` without ``len()`` on a tensor, which reads its first size as a plain int and so fixes a
     dynamic batch to the traced one; a tensor's first size compares symbolically instead."""

@@ -335,11 +335,33 @@ ROWS = (
         fingerprints=("f7165761909b",),
         reason="The same test in DynamicCache.update of 4.48-4.50, called by every attention layer.",
     ),
+    PatchSpec(
+        id="transformers.zaya.conv_mask_batch",
+        family="transformers",
+        trigger="transformers.models.zaya.modeling_zaya",
+        target="ZayaCCAProjection.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.state_space.batches:zaya_mask_batch_stated",
+        requires=("transformers>=5.0", "torch>=2.9"),
+        fingerprints=("17bf4c51d9b3",),  # 5.23
+        reason="Zaya masks its hidden states with the padding mask (batches broadcast: Max of two symbols), then "
+        "concatenates the cached conv state and views by the product's shape: torch cannot substitute the maximum, "
+        "and the guards it left refused a one-token decode step at run time. The mask's batch stated equal to "
+        "the hidden states' (one row per sample, as eager needs).",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
 #: (ids or globs, what and why). Every row is named by exactly one line.
 SUMMARIES = (
+    (
+        ('transformers.zaya.conv_mask_batch',),
+        "Zaya multiplies its padding mask into the hidden states (their batches broadcast: a maximum of two "
+        'sizes), concatenates the cached convolution state and views the result by the product\'s shape. torch '
+        'cannot substitute a maximum, and the guards left behind refused a one-token decode step at run time. '
+        "The mask's batch is stated equal to the hidden states' (a padding mask has one row per sample), so "
+        "one batch remains, tied to the cache's.",
+    ),
     (
         ('transformers.minimax.lightning_decode_scan',),
         "MiniMax's lightning attention walks a cached step's tokens in a Python loop, so a decode step of "
