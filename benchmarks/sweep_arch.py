@@ -133,6 +133,11 @@ def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -
             shapes = fit_to_signature(model, guess_dynamic_shapes(a, b))
             program = torch.export.export(model, (), kwargs=copy.deepcopy(a), dynamic_shapes=shapes, strict=strict)
         except Exception as exc:
+            masked = _eager_masked_path_error(model, arch, step)
+            if masked:
+                raise Verdict(UPSTREAM, "eager_masked_path_fails",
+                              f"eager fails on a left-padded batch, the masked path every traced program takes "
+                              f"(eager skips an all-ones mask): {masked}; the export: {first_line(exc)}") from None
             raise Verdict(AGENT, "export_error", first_line(exc)) from None
         try:
             got = program.module()(**copy.deepcopy(c))
@@ -148,6 +153,30 @@ def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -
         raise Verdict(AGENT, "wrong_result", detail)
     programs[step] = (program, b)
     return detail
+
+
+def _eager_masked_path_error(model, arch, step: str) -> str:
+    """Eager's first error line on set A left-padded, or "" when it runs (or the step has no padded form). Eager
+    skips an all-ones attention mask and takes a mask-free path (Dots3's attention repeats its keys only when a
+    mask is given: on 5.23 it then mismatches its heads); a traced program cannot know the mask is all ones, so it
+    always takes the masked path. When eager fails there too, no program can match it."""
+    import torch
+
+    from autopatch.models import tiny
+
+    try:
+        padded = tiny.inputs(model, arch, step, 0, padded=True)
+    except Exception:  # noqa: BLE001 - no padded form: nothing to tell
+        return ""
+    mask = padded.get("attention_mask")
+    if mask is None or bool(mask.all()):
+        return ""
+    with torch.no_grad():
+        try:
+            model(**padded)
+        except Exception as exc:  # noqa: BLE001 - eager's own failure is the finding
+            return first_line(exc)
+    return ""
 
 
 def _onnx_step(model, arch, step: str) -> str:

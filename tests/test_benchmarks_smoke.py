@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import needs_onnx
+from conftest import needs_onnx, requires
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -145,6 +145,24 @@ def test_a_prefill_whose_eager_attends_ahead_is_told_apart_from_a_causal_one():
     assert not sweep_arch._attends_ahead(Running(), inputs)
     assert sweep_arch._attends_ahead(Whole(), inputs)
     assert inputs["input_ids"][0, -1] == 5  # the inputs themselves are left as they were
+
+
+@requires("transformers>=5.23")  # the versions we run that ship Dots3
+def test_an_export_failure_that_eager_shares_on_a_padded_batch_is_upstream():
+    """dots.ocr 3's attention repeats its (already expanded) keys whenever a mask is given: eager skips the
+    all-ones mask of an unpadded prefill and runs, a traced program always takes the masked path, and eager fails
+    there too (a left-padded batch). The sweep calls that upstream, naming eager's error; a model whose padded
+    batch runs in eager (Llama) has nothing to say."""
+    import sweep_arch
+
+    from autopatch.models import tiny
+
+    errors = {}
+    for name in ("dots3_note", "llama"):
+        arch = tiny.architecture(name, "causal")
+        errors[name] = sweep_arch._eager_masked_path_error(tiny.build(arch), arch, "prefill")
+    assert "must match the size of tensor" in errors["dots3_note"], errors
+    assert errors["llama"] == "", errors
 
 
 def test_a_stopped_sweep_resumes_at_the_same_commit_only(tmp_path):
