@@ -508,6 +508,17 @@ def _keep_ratios(config, before: dict) -> None:
         _set(config, "shape_size", (HIDDEN - 4 * coordinate) // 2)
     if _is_int(stored.get("mamba_d_ssm")) and _is_int(stored.get("mamba_expand")):
         _set(config, "mamba_d_ssm", stored["mamba_expand"] * HIDDEN)
+    if _is_int(before.get("num_blocks")) and before.get("num_blocks") == before.get("num_hidden_layers"):
+        _set(config, "num_blocks", stored["num_hidden_layers"])  # xLSTM: a copy of the depth, which builds the model
+    factors = [stored.get(name) for name in ("qk_dim_factor", "v_dim_factor")]
+    if all(isinstance(f, float) for f in factors) and _is_int(stored.get("hidden_size")):
+        # xLSTM: the layers project to hidden x factor, its cache and config to that rounded up to a multiple of
+        # 64 (equal at every real size): the smallest multiple of the tiny width where both are whole multiples
+        width = next(w for w in range(HIDDEN, 64 * HIDDEN + 1, HIDDEN)
+                     if all((w * f) % 64 == 0 for f in factors))
+        for name in ("hidden_size", "embedding_dim"):
+            if _is_int(stored.get(name)):
+                _set(config, name, width)
     if _is_int(stored.get("intermediate_size")) and _is_int(stored.get("expand")) and "conv_kernel" in stored \
             and "n_groups" not in stored:
         _set(config, "intermediate_size", stored["expand"] * HIDDEN)  # Mamba 1: intermediate = expand x hidden
