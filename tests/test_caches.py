@@ -144,6 +144,33 @@ def test_state_space_decode_step_with_and_without_its_patch(make_agent, case):
     proving.prove(case, make_agent)
 
 
+def xlstm_case():
+    """The catalogue's xLSTM decode step (its own xLSTMCache: matrix memory, normalizer and stabilizer states per
+    layer, a position counter), traced at a batch of 2 with 3 new tokens, run at 3 (2 tokens) and 1 (one)."""
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    sets = {}
+
+    def build_case():
+        arch = tiny.architecture("xlstm", "causal")
+        model = tiny.build(arch)
+        sets.update(enumerate(tiny.inputs(model, arch, "decode", k) for k in range(3)))
+        return model, sets[0], sets[1], [sets[1], sets[2]]
+
+    def shapes(model):  # xLSTM takes its cache_position through **kwargs
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+
+    # built once the agent is on: xLSTM binds its recurrent pass (transformers.xlstm.mlstm_scan) when built
+    return Proof("xlstm/decode", build_case, rows=("pytree.model_cache.xlstm",), fails_with="xLSTMCache",
+                 beside=("all",), built_after_agent=True, shapes=shapes)
+
+
+@requires("transformers>=5.23")  # earlier versions count positions in a Python int (the row's requires)
+def test_xlstm_decode_step_with_and_without_its_cache_row(make_agent):
+    proving.prove(xlstm_case(), make_agent)
+
+
 def test_a_dynamic_cache_subclass_defined_after_activation_exports_with_its_own_state(pytree_patches):
     """Pytree registration is per exact class: a subclass (a model's own, like 5.x MiniMaxCache, or a user's) is
     registered when it is defined, and its own attributes travel: tensors as inputs, the rest as structure."""

@@ -110,6 +110,20 @@ ROWS = (
                                           ("mamba2", "Mamba2Cache", "4.56"), ("lfm2", "Lfm2HybridConvCache", "4.56"),
                                           *((row.model, row.cache_class, "4.56") for row in HYBRID_MAMBA_4X))
     ),
+    PatchSpec(
+        id="pytree.model_cache.xlstm",
+        family="pytree",
+        trigger="transformers.models.xlstm.modeling_xlstm",
+        target="xLSTMCache",
+        mode="install",
+        replacement="autopatch.areas.pytree.caches:register_attribute_cache",
+        # 5.12 and 4.57 count positions in a Python int, a structure that changes every step: no program can take
+        # it (measured: the sweep's sets differ in structure); 5.23 keeps the counter in a tensor.
+        requires=("transformers>=5.23", "torch>=2.9"),
+        reason="xLSTMCache, which xLSTM keeps in its own module (its recurrent states per layer and a position "
+        "counter in a tensor), as an export input or output: its tensor attributes in definition order, the rest "
+        "as structure.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -152,6 +166,13 @@ SUMMARIES = (
         "attributes (`conv_states`, `ssm_states`, the attention layers' keys and values...) as children "
         "in the object's own attribute order, the batch size read back from the tensors (5.5 and later "
         'keep these states in `DynamicCache`). Tested on 4.57.6 and 5.3.0.',
+    ),
+    (
+        ('pytree.model_cache.xlstm',),
+        "xLSTM's own `xLSTMCache` (every layer's matrix memory, normalizer and stabilizer states, and 5.23's "
+        'position counter, a tensor) as an export input or output, flattened by attribute as the caches above: '
+        "a decode step exports and runs at other batches and past lengths. 5.12 and 4.57 count positions in a "
+        'Python int, which changes the structure every step: no single program can take it.',
     ),
     (
         (
