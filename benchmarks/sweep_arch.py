@@ -97,8 +97,12 @@ def _timed(work) -> dict:
 def _input_sets(model, arch, step) -> list:
     from autopatch.models import tiny
 
+    from autopatch.models.builders import StatefulModel
+
     try:
         return [tiny.inputs(model, arch, step, k) for k in range(3)]
+    except StatefulModel as exc:
+        raise Verdict(UPSTREAM, "stateful_model", first_line(exc)) from None
     except Exception as exc:
         raise Verdict(HARNESS, "inputs_error", first_line(exc)) from None
 

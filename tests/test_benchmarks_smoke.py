@@ -165,6 +165,21 @@ def test_an_export_failure_that_eager_shares_on_a_padded_batch_is_upstream():
     assert errors["llama"] == "", errors
 
 
+@requires("transformers>=5")  # 4.57's eager RecurrentGemma fails on its own prefill (upstream, another verdict)
+def test_a_model_that_keeps_its_state_in_its_modules_has_an_upstream_decode():
+    """RecurrentGemma's recurrent blocks hold their states as module attributes (its _setup_cache) and its output
+    has no cache: the sweep calls its decode step upstream, saying why, not a harness failure."""
+    import sweep_arch
+
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("recurrent_gemma", "causal")
+    with pytest.raises(sweep_arch.Verdict) as verdict:
+        sweep_arch._input_sets(tiny.build(arch), arch, "decode")
+    assert (verdict.value.verdict, verdict.value.outcome) == (sweep_arch.UPSTREAM, "stateful_model")
+    assert "keeps its recurrent state in its own modules" in verdict.value.detail
+
+
 def test_a_stopped_sweep_resumes_at_the_same_commit_only(tmp_path):
     import provenance
     import sweep

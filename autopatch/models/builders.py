@@ -209,11 +209,20 @@ def prefill_inputs(model, config, batch, seq, seed, pads=None):
     return inputs
 
 
-def find_cache(output):
+class StatefulModel(RuntimeError):
+    """The model keeps its recurrent state in its own modules and returns no cache: no program can take or
+    return that state, so a decode step cannot be exported (the model's property, not the harness's)."""
+
+
+def find_cache(output, model=None):
     for name in ("past_key_values", "cache_params"):
         cache = getattr(output, name, None)
         if cache is not None:
             return name, cache
+    if model is not None and any(hasattr(module, "_setup_cache") for module in model.modules()):
+        # RecurrentGemma: its recurrent blocks hold their states as module attributes (set up by _setup_cache)
+        raise StatefulModel(f"{type(model).__name__} keeps its recurrent state in its own modules and returns no "
+                            f"cache ({type(output).__name__}): no program can take or return it")
     raise RuntimeError(f"the prefill returned no cache ({type(output).__name__})")
 
 
@@ -260,7 +269,7 @@ def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False,
         prefill["past_key_values"] = empty_hybrid_cache(model, config, batch)
         prefill["cache_position"] = torch.arange(past)
     with torch.no_grad():
-        name, cache = find_cache(model(**prefill))
+        name, cache = find_cache(model(**prefill), model)
     inputs = {"input_ids": random_ids(g, vocab, batch, seq), name: cache}
     # Mamba's generate() drops the mask after the prefill (the state holds the padding already): so does its case.
     if accepts(model, "attention_mask") and not cache_position:
