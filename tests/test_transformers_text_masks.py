@@ -1,17 +1,18 @@
-"""transformers.masks.fsmt_padding, .cpmant_prompt_positions, .longt5_default_mask: text models whose own mask
-code decides in Python.
+"""transformers.masks.fsmt_padding, .cpmant_prompt_positions, .longt5_default_mask, .switch_transformers_default_mask:
+text models whose own mask code decides in Python.
 
 FSMT's forward stops on a branch on the data (a padding mask with no pad becomes None); CPM-Ant's prefill program
 takes only the traced length (its mask's positions come from ``range(seq)``); LongT5's decode step without an
-attention mask stops (its default mask is skipped while compiling). With the rows they export, and the program
-matches eager, every output leaf, on other batches and lengths (FSMT: with pads in the decoder's ids too, the case
-the original keeps its mask for). The models are the tiny catalogue's."""
+attention mask stops (its default mask is skipped while compiling), and so does 4.x Switch Transformers'. With
+the rows they export, and the program matches eager, every output leaf, on other batches and lengths (FSMT: with
+pads in the decoder's ids too, the case the original keeps its mask for). The models are the tiny catalogue's."""
 
 import pytest
 import torch
 
 import proving
 from autopatch.models import tiny
+from conftest import requires
 from proving import Proof
 
 DATA_DEPENDENT = "Could not guard on data-dependent expression"
@@ -55,7 +56,19 @@ def longt5_case():
                  fails_with="'NoneType' object has no attribute 'shape'", beside=("all",))
 
 
-@pytest.mark.parametrize("case", [fsmt_case, cpmant_case, longt5_case], ids=["fsmt", "cpmant", "longt5"])
+def switch_case():
+    """4.x Switch Transformers' decode step as the catalogue builds it: encoder ids and no attention mask."""
+    def build():
+        model, (traced, other, third) = _sets("switch_transformers", "seq2seq", "decode")
+        return model, traced, other, [other, third]
+
+    return Proof("switch_transformers/decode", build, rows=("transformers.masks.switch_transformers_default_mask",),
+                 fails_with="'NoneType' object is not subscriptable", beside=("all",))
+
+
+@pytest.mark.parametrize("case", [fsmt_case, cpmant_case, longt5_case,
+                                  pytest.param(switch_case, marks=requires("transformers<5"))],
+                         ids=["fsmt", "cpmant", "longt5", "switch_transformers"])
 def test_export_fails_without_the_row_and_matches_eager_with_it(make_agent, case):
     proving.prove(case(), make_agent)
 

@@ -309,5 +309,13 @@ def seq2seq_decode_inputs(model, config, batch, source, past, seq, seed=0):
         encoder = {"input_ids": random_ids(g, config.vocab_size, batch, source)}
     with torch.no_grad():
         prefix = random_ids(g, config.vocab_size, batch, past)
-        cache = model(**encoder, decoder_input_ids=prefix, use_cache=True).past_key_values
+        try:
+            cache = model(**encoder, decoder_input_ids=prefix, use_cache=True).past_key_values
+        except ValueError as exc:
+            if "used as a decoder" not in str(exc):
+                raise
+            # 5.x Switch Transformers passes use_cache to its encoder too, which refuses it: encode first, as
+            # generate() and seq2seq runtimes do, and step the decoder on the encoder's outputs
+            encoder = {"encoder_outputs": model.get_encoder()(**encoder)}
+            cache = model(**encoder, decoder_input_ids=prefix, use_cache=True).past_key_values
     return {**encoder, "decoder_input_ids": random_ids(g, config.vocab_size, batch, seq), "past_key_values": cache}

@@ -49,6 +49,20 @@ ROWS = (
         "split: an export called without attention_mask stops on `'NoneType' object has no attribute 'shape'`. "
         "Rewritten from the source: the default mask is built under export too, as eager builds it.",
     ),
+    PatchSpec(
+        id="transformers.masks.switch_transformers_default_mask",
+        family="transformers",
+        trigger="transformers.models.switch_transformers.modeling_switch_transformers",
+        target="SwitchTransformersStack.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.masks:longt5_default_mask_always",
+        # 5.x builds its masks with masking_utils (an encoder without a mask exports there)
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("0e85e7e94b66",),  # 4.57.6
+        reason="4.x SwitchTransformersStack.forward skips its all-ones default mask while compiling, as LongT5 "
+        "did, and its encoder then indexes the missing mask: an export without attention_mask stopped on "
+        "\"'NoneType' object is not subscriptable\". The same rewrite: the default mask is built under export.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -65,8 +79,9 @@ SUMMARIES = (
         "positions by `torch.arange`.",
     ),
     (
-        ("transformers.masks.longt5_default_mask",),
+        ("transformers.masks.longt5_default_mask", "transformers.masks.switch_transformers_default_mask"),
         "LongT5 skipped building its default all-ones mask while compiling, then its local attention split the "
-        "missing mask: an export without attention_mask stopped. The default mask is built under export too.",
+        "missing mask: an export without attention_mask stopped; so did 4.x Switch Transformers' encoder. The "
+        "default mask is built under export too.",
     ),
 )
