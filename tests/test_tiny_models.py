@@ -185,6 +185,26 @@ def test_sizes_are_consistent_where_the_model_derives_them():
             assert getattr(shrunk, name, None) == getattr(default, name, None), (model_type, name)
 
 
+@requires("transformers>=5.23")  # the versions we run that ship HRM and keep xLSTM's counter in a tensor
+def test_stacks_and_widths_the_cache_derives_are_consistent():
+    """HRM's cache holds a slot per layer call (layers per stack x H_cycles x (L_cycles + 1)), its cycles kept
+    real; xLSTM builds num_blocks (a copy of the depth), and its cache rounds hidden x factor up to a multiple of
+    64 where its layers do not: both at tiny sizes, and the decode inputs built from them."""
+    hrm = tiny.tiny_config("hrm_text")
+    default = _default("hrm_text")
+    assert (hrm.H_cycles, hrm.L_cycles) == (default.H_cycles, default.L_cycles)
+    assert hrm.num_hidden_layers == hrm.num_layers_per_stack * hrm.H_cycles * (hrm.L_cycles + 1)
+    xlstm = tiny.tiny_config("xlstm")
+    assert xlstm.num_blocks == xlstm.num_hidden_layers <= 4
+    for factor in (xlstm.qk_dim_factor, xlstm.v_dim_factor):
+        assert (xlstm.hidden_size * factor) % 64 == 0
+    for model_type in ("hrm_text", "xlstm"):
+        arch = _arch("causal", model_type)
+        model = tiny.build(arch)
+        with torch.no_grad():
+            model(**tiny.inputs(model, arch, "decode", 2))
+
+
 @pytest.mark.parametrize("kind,model_type", [("causal", "llama"), ("seq2seq", "bart"), ("encoder", "distilbert")])
 def test_input_sets_differ_in_batch_and_sequence(kind, model_type):
     arch = _arch(kind, model_type)

@@ -510,6 +510,11 @@ def _keep_ratios(config, before: dict) -> None:
         _set(config, "mamba_d_ssm", stored["mamba_expand"] * HIDDEN)
     if _is_int(before.get("num_blocks")) and before.get("num_blocks") == before.get("num_hidden_layers"):
         _set(config, "num_blocks", stored["num_hidden_layers"])  # xLSTM: a copy of the depth, which builds the model
+    if all(_is_int(stored.get(name)) for name in ("num_layers_per_stack", "H_cycles", "L_cycles")):
+        # HRM: its two stacks (16 layers each) run in cycles, which stay real; its cache holds one slot per layer
+        # call, and num_hidden_layers counts those slots: layers x H_cycles x (L_cycles + 1)
+        _set(config, "num_layers_per_stack", 1)
+        _set(config, "num_hidden_layers", stored["H_cycles"] * (stored["L_cycles"] + 1))
     factors = [stored.get(name) for name in ("qk_dim_factor", "v_dim_factor")]
     if all(isinstance(f, float) for f in factors) and _is_int(stored.get("hidden_size")):
         # xLSTM: the layers project to hidden x factor, its cache and config to that rounded up to a multiple of
