@@ -6,6 +6,7 @@ get_placeholder_mask's check on the size of a boolean selection trips torch's bo
 patches, exports with them and matches eager on other sizes, and eager is unchanged. The same for the VLMs that
 share those methods (Gemma 3, Llava's family, Idefics), in strict mode too; the models are autopatch.models.vlms'."""
 
+import copy
 import dataclasses
 from functools import partial
 
@@ -328,6 +329,31 @@ def test_features_split_by_tolist_fail_without_their_row_and_match_eager_with_it
     """Granite-Docling splits its tiles' features per sample, HyperCLOVAX-Vision V2 per image, by `.tolist()`
     sizes: the batch (the image count) is fixed without the row; with it other batches match eager."""
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_features", "Constraints violated"), make_agent)
+
+
+def _gemma4_short_image(inputs):
+    """Sample 0's image 6 patches wide and 3 tall (the catalogue's are 6 x 6): its last 18 patches padding, as the
+    processor pads a wide image (positions -1, zero pixels), and 2 pooled tokens instead of 4 in the text."""
+    inputs = copy.deepcopy(inputs)
+    inputs["image_position_ids"][0, 18:] = -1
+    inputs["pixel_values"][0, 18:] = 0
+    inputs["input_ids"][0, 3:5] = 7  # a text token where the two image tokens it no longer has were
+    inputs["mm_token_type_ids"][0, 3:5] = 0
+    return inputs
+
+
+@pytest.mark.requires("transformers>=5.13")
+def test_gemma4_features_fail_without_their_row_and_match_eager_with_it(make_agent):
+    """Gemma 4 splits its pooled image features per image by `.tolist()` of each image's non-padding patch count:
+    the number of images is fixed without the row; with it other image batches match eager, also when an image
+    has padding patches (fewer tokens than the others)."""
+    case = catalogue_case("gemma4", "transformers.vision.gemma4_features", "Constraints violated")
+
+    def build():
+        model, traced, other, runs = case.build()
+        return model, traced, other, [*runs, *map(_gemma4_short_image, runs)]
+
+    proving.prove(dataclasses.replace(case, build=build), make_agent)
 
 
 @pytest.mark.requires("transformers>=5.12")

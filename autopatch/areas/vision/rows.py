@@ -392,6 +392,21 @@ ROWS = (
         "from the source: one element holding every sample's features, which concatenates to the same tensor.",
     ),
     PatchSpec(
+        id="transformers.vision.gemma4_features",
+        family="transformers",
+        trigger="transformers.models.gemma4.modeling_gemma4",
+        target="Gemma4Model.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:gemma4_features_one_element",
+        # 5.12 returns the pooled features whole (no split): nothing to do there
+        requires=("transformers>=5.13",),
+        fingerprints=("2f7a6bcde286",),  # 5.23.0
+        reason="Gemma4Model.get_image_features splits the pooled features per image with `.tolist()` of each "
+        "image's non-padding patch count, which fixes the number of images; forward concatenates them straight "
+        "back. Rewritten from the source: one element holding every image's features, the same tensor once "
+        "concatenated (forward still checks it against the image tokens).",
+    ),
+    PatchSpec(
         id="transformers.vision.udop_combine_embeddings",
         family="transformers",
         trigger="transformers.models.udop.modeling_udop",
@@ -514,6 +529,12 @@ SUMMARIES = (
         "gather merges every block, the features stay one tensor; 4.x Mistral 3's placeholder check is "
         "Llava's. The program refuses a batch of one single-patch image (transformers' attention tests "
         "`patches > 1` before its mask).",
+    ),
+    (
+        ('transformers.vision.gemma4_features',),
+        "Gemma 4 (5.13+) splits its pooled image features per image with `.tolist()` of each image's "
+        "non-padding patch count, which fixed the number of images in the program; forward concatenates them "
+        "straight back: one element holding every image's features instead.",
     ),
     (
         ('transformers.vision.granite_docling_features',),

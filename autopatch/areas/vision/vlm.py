@@ -236,6 +236,19 @@ def granite_docling_features_one_element(get_image_features):
     })
 
 
+def gemma4_features_one_element(get_image_features):
+    """A rewriter for ``Gemma4Model.get_image_features`` (5.23): the pooled features (every image's non-padding
+    tokens, one after another) are split per image by ``.tolist()`` of the counts, which fixes the number of
+    images; forward's first act on them is ``torch.cat``. One element instead, the same tensor once concatenated
+    (forward still checks its size against the image tokens)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = (non_pad_mask.sum(dim=-1) // k_squared).tolist()": "pass",
+        "torch.split(pooler_output, split_sizes)": "(pooler_output,)",
+    })
+
+
 def fuyu_image_features(self, pixel_values, **kwargs):
     """FuyuModel.get_image_features (4.x) without its loop over the images: every image's patches embedded at
     once, as one list element of ``[images * patches, hidden]`` (what ``torch.cat`` of the per-image list gives)."""
