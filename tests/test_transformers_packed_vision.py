@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import proving
+import autopatch
 from autopatch import registry
 from autopatch.areas.packed_vision import rows as packed_rows
 from autopatch.areas.packed_vision import packed as packed
@@ -331,3 +332,73 @@ def test_rot_pos_emb_4x_equals_upstream(model):
     tower = packed_vlms.build(model).model.visual
     for grids in _random_grids(random.Random(6), count=30):
         assert torch.equal(packed.rot_pos_emb_4x(tower, grids), tower.rot_pos_emb(grids))
+
+
+# --- Muse Spark and Muse Glimmer: the tiny catalogue's, packed per patch then merged by a pixel shuffle ---------
+
+MUSE_ROWS = ("patch_positions_packed", "attention_packed", "image_features_packed", "windows_packed",
+             "interpolation_packed", "pixel_shuffle_packed", "window_rows")
+
+
+def muse_case(model, rows, beside=("pytree",), strict=False):
+    """The catalogue's prefill, traced at 2 images (batch 2), run at 3 and 4 images (other batches and texts)."""
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    arch = tiny.architecture(model, "vlm")
+    sets = {}
+
+    def build():
+        module = tiny.build(arch)
+        sets.update(enumerate(tiny.inputs(module, arch, "prefill", k) for k in range(3)))
+        return module, sets[0], sets[1], [sets[1], sets[2]]
+
+    return Proof(f"{model}/prefill", build, rows=rows, fails_with=FAILS, beside=beside, strict=strict,
+                 shapes=lambda module: fit_to_signature(module, autopatch.guess_dynamic_shapes(sets[0], sets[1])))
+
+
+@V5
+@pytest.mark.parametrize("left_out", MUSE_ROWS)
+def test_muse_spark_export_fails_with_any_row_left_out(make_agent, left_out):
+    rows = [f"transformers.vision.muse_spark_{row}" for row in MUSE_ROWS]
+    row = f"transformers.vision.muse_spark_{left_out}"
+    proving.fails_without(muse_case("muse_spark", (row,), beside=("pytree", *(r for r in rows if r != row))),
+                          make_agent)
+
+
+@V5
+def test_muse_glimmer_rows_are_muse_sparks_and_needed(make_agent):
+    """Muse Glimmer's rows patch the same sources as Muse Spark's (the same fingerprints, row by row), and its
+    export fails without them."""
+    specs = {spec.id: spec for spec in registry.PATCHES}
+    fingerprints = {model: [specs[f"transformers.vision.{model}_{row}"].fingerprints for row in MUSE_ROWS]
+                    for model in ("muse_spark", "muse_glimmer")}
+    assert fingerprints["muse_glimmer"] == fingerprints["muse_spark"]
+    proving.fails_without(muse_case("muse_glimmer", tuple(f"transformers.vision.muse_glimmer_{row}"
+                                                          for row in MUSE_ROWS)), make_agent)
+
+
+@V5
+@pytest.mark.parametrize("model", ["muse_spark", "muse_glimmer"])
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_muse_prefill_matches_eager_at_other_images(make_agent, model, strict):
+    rows = tuple(f"transformers.vision.{model}_{row}" for row in MUSE_ROWS)
+    proving.exports_with(muse_case(model, rows, strict=strict), make_agent)
+
+
+@V5
+def test_pixel_shuffle_index_equals_upstream():
+    """The loop-free index against Muse Spark's own, over random image counts, frames, grids and merge sizes."""
+    from transformers.models.muse_spark import modeling_muse_spark
+
+    from autopatch.areas.packed_vision.packed import packed_pixel_shuffle_index
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(120):
+        merge, images = 1 + trial % 3, int(torch.randint(1, 4, (1,), generator=g))
+        grid = torch.stack([torch.randint(1, 3, (images,), generator=g),
+                            torch.randint(1, 4, (images,), generator=g) * merge,
+                            torch.randint(1, 4, (images,), generator=g) * merge], 1)
+        expected = modeling_muse_spark.get_vision_pixel_shuffle_index(grid, merge)
+        got = packed_pixel_shuffle_index(grid, merge)
+        assert got.dtype == expected.dtype and torch.equal(got, expected), (grid, merge)

@@ -81,10 +81,11 @@ def known_as(value, size, why: str):
     return size
 
 
-def same_batch(value, like):
+def same_first_size(value, like):
     """``value``, whose first size the surrounding code needs to equal ``like``'s (a padding mask and the hidden
-    states it masks): under tracing the program states it (``torch._check``: one size where the dynamic shapes
-    gave two), so later concatenations and views see a single batch; another batch at run time is refused."""
+    states it masks; an index and the rows it reorders): under tracing the program states it (``torch._check``:
+    one size where the trace had two, or an index's length read from the data), so later concatenations, views
+    and attention see a single size; another at run time is refused."""
     if is_traced_tensor(value):
         _torch()._check(value.shape[0] == like.shape[0])  # no message: a message callable stops strict export
     return value

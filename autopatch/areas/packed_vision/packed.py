@@ -107,6 +107,38 @@ def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, k
     return index, torch.unique_consecutive(bounds)
 
 
+def window_rows_stated(forward):
+    """``MuseSparkVisionModel.forward`` and ``MuseGlimmerVisionModel.forward`` (5.23): they reorder the patches with
+    ``hidden_states[window_index, :]``, and the index's length is read from the grid (data). Every patch is
+    reordered, so the index is as long as the patches: stated (``runtime.same_first_size``), which keeps the
+    hidden states' length the input's."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(forward, {
+        "hidden_states[window_index, :]":
+        "hidden_states[__autopatch_rt.same_first_size(window_index, hidden_states), :]",
+    })
+
+
+def packed_pixel_shuffle_index(grid_thw, merge_size, kwargs=None):
+    """``get_vision_pixel_shuffle_index`` of Muse Spark and Muse Glimmer (5.23) without the loop over
+    ``grid_thw.tolist()``: upstream lists, frame after frame, each ``merge x merge`` block's patches (blocks
+    row-major, row-major inside a block) as their indices in the packed sequence. Here every patch computes the
+    slot it lands in, and one scatter writes each patch's index to its slot: the same index."""
+    if kwargs is not None and (given := kwargs.pop("pixel_shuffle_index", None)) is not None:
+        return given
+    frames, rows, columns = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    frame_size = rows * columns
+    image, in_image = _locate(frames * frame_size)
+    patch = torch.arange(image.shape[0], device=grid_thw.device)
+    size, width = frame_size[image], columns[image]
+    row, column = (in_image % size) // width, (in_image % size) % width
+    block = (row // merge_size) * (width // merge_size) + column // merge_size
+    slot = (patch - in_image + (in_image // size) * size + block * merge_size * merge_size
+            + (row % merge_size) * merge_size + column % merge_size)
+    return torch.empty_like(patch).scatter(0, slot, patch)
+
+
 def rot_pos_emb_4x(self, grid_thw):
     """``rot_pos_emb`` of 4.x Qwen2-VL-style vision towers (Qwen2-VL and Qwen2.5-VL share one source, Qwen3-VL's
     fills a preallocated table in its loop): a loop over the images for the positions, and a frequency table as
@@ -213,6 +245,17 @@ def hyperclovax_features_one_element(get_image_features):
     """The same for ``HyperCLOVAXVisionV2Model.get_image_features`` (5.13+), whose tower is ``self.vision_model``
     and whose split features are ``image_embeds``."""
     return _features_one_element(get_image_features, "image_embeds", tower="vision_model")
+
+
+def adapted_image_features(get_image_features):
+    """The same for ``get_image_features`` of Muse Spark and Muse Glimmer (5.23), which adapt, project and norm
+    the tower's output before splitting it (``vision_features``) by the config's merge size."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.merge_size**2).tolist()": "pass",
+        "torch.split(vision_features, split_sizes)": "(vision_features,)",
+    })
 
 
 def packed_deepstack_image_features(get_image_features):

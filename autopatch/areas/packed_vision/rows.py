@@ -48,7 +48,18 @@ PACKED_VISION_MODELS = (
     # statements are the same); its text model (EXAONE 4's) numbers positions with arange: no rope index.
     PackedModel("exaone4_5", "Exaone4_5_VisionAttention", "75ec8318ec04", "Exaone4_5_Model",
                 "54bb4440fb12", "packed_image_features", None, None),
+    # Muse Spark and Muse Glimmer: Qwen2.5-VL's windows and Qwen3-VL's position-grid interpolation in a tower of
+    # their own (the attention's rewritten statements are the same), features adapted and projected before the
+    # split; their text models number positions with arange (no rope index).
+    PackedModel("muse_spark", "MuseSparkVisionAttention", "80c4aad9584f", "MuseSparkModel",
+                "6af295225994", "adapted_image_features", None, None),
+    PackedModel("muse_glimmer", "MuseGlimmerVisionAttention", "80c4aad9584f", "MuseGlimmerModel",
+                "6af295225994", "adapted_image_features", None, None),
 )
+
+#: Of PACKED_VISION_MODELS, the towers that run windows and positions per patch (spatial merge 1) and merge blocks
+#: of patches afterwards by a gather (pixel shuffle): (model, tower class). One source each (fingerprints in rows).
+PIXEL_SHUFFLE_TOWERS = (("muse_spark", "MuseSparkVisionModel"), ("muse_glimmer", "MuseGlimmerVisionModel"))
 
 #: model -> the model whose module holds its vision tower (built by AutoModel from its vision config): that model's
 #: patch-position and attention rows do the tower's part.
@@ -69,11 +80,12 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
 NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
 
 #: Of those, the models with Qwen2.5-VL's windowed tower attention (vision_utils' window index, bound by name).
-WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5")
+WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer")
 
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
-INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass")
+INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass", "muse_spark",
+                        "muse_glimmer")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -293,6 +305,40 @@ ROWS = (
         )
         for model in INTERPOLATION_MODELS
     ),
+    *(
+        spec
+        for model, tower in PIXEL_SHUFFLE_TOWERS
+        for spec in (
+            PatchSpec(
+                id=f"transformers.vision.{model}_pixel_shuffle_packed",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target="get_vision_pixel_shuffle_index",
+                mode="route",
+                replacement="autopatch.areas.packed_vision.packed:packed_pixel_shuffle_index",
+                requires=PACKED_VISION_REQUIRES,
+                fingerprints=("e7e80d68b10a",),  # 5.23.0
+                needs=_companions(model, "pixel_shuffle_packed") + (f"transformers.vision.{model}_window_rows",),
+                reason="Lists each image's merge x merge blocks of patches in a loop over grid_thw.tolist(), which "
+                "fixes the number of images. The same index at once: every patch computes its slot, one scatter.",
+            ),
+            PatchSpec(
+                id=f"transformers.vision.{model}_window_rows",
+                family="transformers",
+                trigger=f"transformers.models.{model}.modeling_{model}",
+                target=f"{tower}.forward",
+                mode="rewrite",
+                replacement="autopatch.areas.packed_vision.packed:window_rows_stated",
+                requires=PACKED_VISION_REQUIRES,
+                fingerprints=("a54455a80877",),  # 5.23.0
+                needs=_companions(model, "window_rows") + (f"transformers.vision.{model}_pixel_shuffle_packed",),
+                reason=f"{tower}.forward reorders its patches by the window index, whose length the program reads "
+                "from the grid (data), so every later size is unknown and the attention's `q_length > 1` stops "
+                "the export. Rewritten from the source: the index is stated as long as the patches (eager needs "
+                "it: it reorders every patch).",
+            ),
+        )
+    ),
     PatchSpec(
         id="transformers.vision.hyperclovax_vision_v2_features",
         family="transformers",
@@ -361,6 +407,16 @@ SUMMARIES = (
         "split: the same four rows as Qwen2.5-VL's tower and features (positions, attention, windows, features); "
         "its text model numbers positions with arange, so there is no rope index row (its sliding-window layers use "
         "`transformers.cache.sliding_update`).",
+    ),
+    (
+        ('transformers.vision.muse_spark_*', 'transformers.vision.muse_glimmer_*'),
+        "Muse Spark and Muse Glimmer (5.23): Qwen2.5-VL's windows and Qwen3-VL's position-grid resampling in a "
+        "tower of their own, run per patch (no merge before the windows), then `2 x 2` blocks of patches "
+        "gathered by an index built image by image (`_pixel_shuffle_packed`: the same index by one scatter). "
+        "Their windows, positions, attention, resampling and feature split take the rows above (the features "
+        "are adapted and projected before the split); the tower reorders its patches by the window index, "
+        "whose length the program reads from the grid, so `_window_rows` states it as long as the patches. Their "
+        "text models number positions with arange: no rope index row.",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),

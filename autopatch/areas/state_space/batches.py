@@ -18,7 +18,7 @@ def zaya_mask_batch_stated(forward):
 
     return substitute_expressions(forward, {
         "hidden_states * conv_mask[:, :, None].to(hidden_states.dtype)":
-        "hidden_states * __autopatch_rt.same_batch(conv_mask, hidden_states)[:, :, None].to(hidden_states.dtype)",
+        "hidden_states * __autopatch_rt.same_first_size(conv_mask, hidden_states)[:, :, None].to(hidden_states.dtype)",
         # the same tokens: the previous token's state, then every new token's but the last
         "torch.cat([recurrent_v_state, delayed_v_state[:, :-1]], dim=1)":
         "torch.cat([recurrent_v_state, delayed_v_state], dim=1)[:, :-1]",
