@@ -334,13 +334,15 @@ def test_rot_pos_emb_4x_equals_upstream(model):
         assert torch.equal(packed.rot_pos_emb_4x(tower, grids), tower.rot_pos_emb(grids))
 
 
-# --- Muse Spark and Muse Glimmer: the tiny catalogue's, packed per patch then merged by a pixel shuffle ---------
+# --- Muse Spark, Muse Glimmer and Kimi-K2.5: the tiny catalogue's, with loops of their own --------------------
 
 MUSE_ROWS = ("patch_positions_packed", "attention_packed", "image_features_packed", "windows_packed",
              "interpolation_packed", "pixel_shuffle_packed", "window_rows")
+KIMI_ROWS = ("patch_positions_packed", "attention_packed", "image_features_packed", "interpolation_packed",
+             "frame_index_packed", "temporal_merge_packed")
 
 
-def muse_case(model, rows, beside=("pytree",), strict=False):
+def catalogue_packed_case(model, rows, beside=("pytree",), strict=False):
     """The catalogue's prefill, traced at 2 images (batch 2), run at 3 and 4 images (other batches and texts)."""
     from autopatch.dynamic_shapes import fit_to_signature
     from autopatch.models import tiny
@@ -358,12 +360,12 @@ def muse_case(model, rows, beside=("pytree",), strict=False):
 
 
 @V5
-@pytest.mark.parametrize("left_out", MUSE_ROWS)
-def test_muse_spark_export_fails_with_any_row_left_out(make_agent, left_out):
-    rows = [f"transformers.vision.muse_spark_{row}" for row in MUSE_ROWS]
-    row = f"transformers.vision.muse_spark_{left_out}"
-    proving.fails_without(muse_case("muse_spark", (row,), beside=("pytree", *(r for r in rows if r != row))),
-                          make_agent)
+@pytest.mark.parametrize("model, left_out", [*(("muse_spark", row) for row in MUSE_ROWS),
+                                             *(("kimi_k25", row) for row in KIMI_ROWS)])
+def test_catalogue_export_fails_with_any_row_left_out(make_agent, model, left_out):
+    rows = [f"transformers.vision.{model}_{row}" for row in (MUSE_ROWS if model == "muse_spark" else KIMI_ROWS)]
+    row = f"transformers.vision.{model}_{left_out}"
+    proving.fails_without(catalogue_packed_case(model, (row,), beside=("pytree", *(r for r in rows if r != row))), make_agent)
 
 
 @V5
@@ -374,16 +376,16 @@ def test_muse_glimmer_rows_are_muse_sparks_and_needed(make_agent):
     fingerprints = {model: [specs[f"transformers.vision.{model}_{row}"].fingerprints for row in MUSE_ROWS]
                     for model in ("muse_spark", "muse_glimmer")}
     assert fingerprints["muse_glimmer"] == fingerprints["muse_spark"]
-    proving.fails_without(muse_case("muse_glimmer", tuple(f"transformers.vision.muse_glimmer_{row}"
+    proving.fails_without(catalogue_packed_case("muse_glimmer", tuple(f"transformers.vision.muse_glimmer_{row}"
                                                           for row in MUSE_ROWS)), make_agent)
 
 
 @V5
-@pytest.mark.parametrize("model", ["muse_spark", "muse_glimmer"])
+@pytest.mark.parametrize("model", ["muse_spark", "muse_glimmer", "kimi_k25"])
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
-def test_muse_prefill_matches_eager_at_other_images(make_agent, model, strict):
-    rows = tuple(f"transformers.vision.{model}_{row}" for row in MUSE_ROWS)
-    proving.exports_with(muse_case(model, rows, strict=strict), make_agent)
+def test_catalogue_prefill_matches_eager_at_other_images(make_agent, model, strict):
+    rows = tuple(f"transformers.vision.{model}_{row}" for row in (KIMI_ROWS if model == "kimi_k25" else MUSE_ROWS))
+    proving.exports_with(catalogue_packed_case(model, rows, strict=strict), make_agent)
 
 
 @V5
@@ -402,3 +404,24 @@ def test_pixel_shuffle_index_equals_upstream():
         expected = modeling_muse_spark.get_vision_pixel_shuffle_index(grid, merge)
         got = packed_pixel_shuffle_index(grid, merge)
         assert got.dtype == expected.dtype and torch.equal(got, expected), (grid, merge)
+
+
+@V5
+def test_kimi_k25_indices_equal_upstream():
+    """Kimi-K2.5's temporal-table and temporal-merge indices, loop-free, against its own over random image counts,
+    grids, kernels and frame counts (every clip of a batch with the same count, as upstream needs for the merge)."""
+    from transformers.models.kimi_k25 import modeling_kimi_k25 as upstream
+
+    from autopatch.areas.packed_vision.packed import packed_frame_index, packed_temporal_merge_index
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(120):
+        (kh, kw), images = [(2, 2), (1, 2), (3, 1)][trial % 3], int(torch.randint(1, 4, (1,), generator=g))
+        grid = torch.stack([torch.full((images,), int(torch.randint(1, 4, (1,), generator=g))),
+                            torch.randint(1, 4, (images,), generator=g) * kh,
+                            torch.randint(1, 4, (images,), generator=g) * kw], 1)
+        expected = upstream.get_vision_temporal_merge_index(grid, kh, kw)
+        got = packed_temporal_merge_index(grid, kh, kw)
+        assert got.dtype == expected.dtype and torch.equal(got, expected), (grid, kh, kw)
+        grid[:, 0] = torch.randint(1, 4, (images,), generator=g)  # frame counts may differ for the table's index
+        assert torch.equal(packed_frame_index(grid), upstream.get_vision_frame_index(grid)), grid

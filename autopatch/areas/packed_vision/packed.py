@@ -107,6 +107,39 @@ def packed_window_index(grid_thw, spatial_merge_size, window_size, patch_size, k
     return index, torch.unique_consecutive(bounds)
 
 
+def packed_frame_index(grid_thw, kwargs=None):
+    """``get_vision_frame_index`` of Kimi-K2.5 (5.23) without the loop over ``grid_thw.tolist()``: each patch's
+    row of the temporal table, 0 for a single-frame clip (an image), its frame + 1 in a clip of several."""
+    if kwargs is not None and (given := kwargs.pop("frame_index", None)) is not None:
+        return given
+    frames, frame_size = grid_thw[:, 0], grid_thw[:, 1] * grid_thw[:, 2]
+    image, in_image = _locate(frames * frame_size)
+    return in_image // frame_size[image] + (frames > 1).to(in_image.dtype)[image]
+
+
+def packed_temporal_merge_index(grid_thw, kernel_height, kernel_width, kwargs=None):
+    """``get_vision_temporal_merge_index`` of Kimi-K2.5 (5.23) without the loop over ``grid_thw.tolist()``: for
+    every merged token (image after image, row-major) the ``[frames, kernel_height * kernel_width]`` patches it
+    pools, as their indices in the packed sequence. Upstream concatenates the images' blocks along the tokens, so
+    every clip has the same frame count (else it fails): read once from the data, the others checked equal."""
+    if kwargs is not None and (given := kwargs.pop("temporal_merge_index", None)) is not None:
+        return given
+    frames, rows, columns = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    clip = frames * rows * columns
+    image, merged = _locate((rows // kernel_height) * (columns // kernel_width))
+    width = columns[image]
+    row, column = merged // (width // kernel_width), merged % (width // kernel_width)
+    count = frames[0].item()
+    torch._check(count >= 1)
+    torch._check_tensor_all(frames == count)  # no message: a message callable stops strict export
+    frame = torch.arange(count, device=grid_thw.device)[None, :, None]
+    patch = torch.arange(kernel_height * kernel_width, device=grid_thw.device)[None, None, :]
+    start = (clip.cumsum(0) - clip)[image][:, None, None]
+    return (start + frame * (rows * columns)[image][:, None, None]
+            + (row[:, None, None] * kernel_height + patch // kernel_width) * width[:, None, None]
+            + column[:, None, None] * kernel_width + patch % kernel_width)
+
+
 def window_rows_stated(forward):
     """``MuseSparkVisionModel.forward`` and ``MuseGlimmerVisionModel.forward`` (5.23): they reorder the patches with
     ``hidden_states[window_index, :]``, and the index's length is read from the grid (data). Every patch is
@@ -255,6 +288,17 @@ def adapted_image_features(get_image_features):
     return substitute_expressions(get_image_features, {
         "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.merge_size**2).tolist()": "pass",
         "torch.split(vision_features, split_sizes)": "(vision_features,)",
+    })
+
+
+def kernel_merged_image_features(get_image_features):
+    """The same for Kimi-K2.5's ``get_image_features`` (5.23), which projects the tower's merged output and splits
+    it by the merge kernel's area (``image_embeds``)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = (image_grid_thw.prod(-1) // merge_kernel_size).tolist()": "pass",
+        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
     })
 
 

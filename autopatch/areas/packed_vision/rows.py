@@ -55,6 +55,11 @@ PACKED_VISION_MODELS = (
                 "6af295225994", "adapted_image_features", None, None),
     PackedModel("muse_glimmer", "MuseGlimmerVisionAttention", "80c4aad9584f", "MuseGlimmerModel",
                 "6af295225994", "adapted_image_features", None, None),
+    # Kimi-K2.5: the same attention source as the Muse towers', Qwen3-VL's position-grid resampling (bicubic),
+    # a temporal table indexed per patch (its own row below), no windows; its text model numbers positions with
+    # arange.
+    PackedModel("kimi_k25", "Kimi_K25VisionAttention", "80c4aad9584f", "Kimi_K25Model",
+                "3cd7a5f5af4f", "kernel_merged_image_features", None, None),
 )
 
 #: Of PACKED_VISION_MODELS, the towers that run windows and positions per patch (spatial merge 1) and merge blocks
@@ -85,7 +90,7 @@ WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer")
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
 INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass", "muse_spark",
-                        "muse_glimmer")
+                        "muse_glimmer", "kimi_k25")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -339,6 +344,30 @@ ROWS = (
             ),
         )
     ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.kimi_k25_{name}_packed",
+            family="transformers",
+            trigger="transformers.models.kimi_k25.modeling_kimi_k25",
+            target=target,
+            mode="route",
+            replacement=f"autopatch.areas.packed_vision.packed:{replacement}",
+            requires=PACKED_VISION_REQUIRES,
+            fingerprints=(fingerprint,),  # 5.23.0
+            needs=_companions("kimi_k25", f"{name}_packed") + tuple(
+                f"transformers.vision.kimi_k25_{other}_packed" for other in ("frame_index", "temporal_merge")
+                if other != name),
+            reason=reason,
+        )
+        for name, target, replacement, fingerprint, reason in (
+            ("frame_index", "get_vision_frame_index", "packed_frame_index", "5a1389d9703b",
+             "Kimi-K2.5's tower indexes its temporal table per patch in a loop over grid_thw.tolist(), which fixes "
+             "the number of images. The same index at once: each patch's frame (+ 1 in a clip of several)."),
+            ("temporal_merge", "get_vision_temporal_merge_index", "packed_temporal_merge_index", "fa4cf229eed8",
+             "Kimi-K2.5's tower lists, image by image in a loop over grid_thw.tolist(), the patches each merged "
+             "token pools. The same index at once; the clips' common frame count is read from the data."),
+        )
+    ),
     PatchSpec(
         id="transformers.vision.hyperclovax_vision_v2_features",
         family="transformers",
@@ -417,6 +446,15 @@ SUMMARIES = (
         "are adapted and projected before the split); the tower reorders its patches by the window index, "
         "whose length the program reads from the grid, so `_window_rows` states it as long as the patches. Their "
         "text models number positions with arange: no rope index row.",
+    ),
+    (
+        ('transformers.vision.kimi_k25_*',),
+        "Kimi-K2.5 (5.23): the Muse towers' attention source and Qwen3-VL's position-grid resampling (bicubic "
+        "there), taking the rows above (positions, attention, resampling, its feature split by the merge "
+        "kernel's area); two loops over `grid_thw.tolist()` of its own, rewritten loop-free: each patch's row "
+        "of the temporal table (`_frame_index_packed`) and the patches each merged token pools "
+        "(`_temporal_merge_packed`: upstream needs every clip to have the same frame count, read from the data "
+        "and checked). Its text model numbers positions with arange: no rope index row.",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),
