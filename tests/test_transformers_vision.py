@@ -331,6 +331,33 @@ def test_features_split_by_tolist_fail_without_their_row_and_match_eager_with_it
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_features", "Constraints violated"), make_agent)
 
 
+@pytest.mark.requires("transformers>=5")
+def test_ovis2_indicators_fail_without_their_row_and_match_eager_with_it(make_agent):
+    """Ovis2 writes its visual indicator tokens' embeddings under a branch on the data: the export stops without
+    the row; with it other image batches and texts match eager."""
+    case = catalogue_case("ovis2", "transformers.vision.ovis2_indicators", DATA_DEPENDENT)
+
+    def with_indicators(model, inputs, seed):
+        """Indicator tokens (Ovis2's processor puts them around images) on text positions, as the catalogue's text
+        has none: two in every sample but the first, which keeps none (the case upstream's branch skips)."""
+        inputs = copy.deepcopy(inputs)
+        ids = inputs["input_ids"]
+        indicators = torch.tensor(model.model.visual_indicator_token_ids)
+        g = torch.Generator().manual_seed(seed)
+        for row in range(1, ids.shape[0]):
+            text = (ids[row] != model.config.image_token_id).nonzero().flatten()
+            chosen = text[torch.randperm(len(text), generator=g)[:2]]
+            ids[row, chosen] = indicators[torch.randint(len(indicators), (len(chosen),), generator=g)]
+        return inputs
+
+    def build():
+        model, traced, other, runs = case.build()
+        return (model, with_indicators(model, traced, 0), with_indicators(model, other, 1),
+                [with_indicators(model, run, 2 + k) for k, run in enumerate(runs)])
+
+    proving.prove(dataclasses.replace(case, build=build), make_agent)
+
+
 def _gemma4_short_image(inputs):
     """Sample 0's image 6 patches wide and 3 tall (the catalogue's are 6 x 6): its last 18 patches padding, as the
     processor pads a wide image (positions -1, zero pixels), and 2 pooled tokens instead of 4 in the text."""

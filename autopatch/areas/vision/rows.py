@@ -392,6 +392,20 @@ ROWS = (
         "from the source: one element holding every sample's features, which concatenates to the same tensor.",
     ),
     PatchSpec(
+        id="transformers.vision.ovis2_indicators",
+        family="transformers",
+        trigger="transformers.models.ovis2.modeling_ovis2",
+        target="Ovis2Model.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:ovis2_indicators_by_where",
+        # 4.57's Ovis2 fails in eager on the catalogue's inputs (its image-token count): not proven there
+        requires=("transformers>=5.0",),
+        fingerprints=("e5e187ed8dac", "b0441330a6a8"),  # 5.12.1, 5.23.0
+        reason="Ovis2Model.forward writes each visual indicator token's embedding under `if mask.any():`, a branch "
+        "on the data ('Could not guard on data-dependent expression'). Rewritten from the source: torch.where "
+        "writes the same values where the mask holds and leaves the rest, for any mask.",
+    ),
+    PatchSpec(
         id="transformers.vision.gemma4_features",
         family="transformers",
         trigger="transformers.models.gemma4.modeling_gemma4",
@@ -529,6 +543,11 @@ SUMMARIES = (
         "gather merges every block, the features stay one tensor; 4.x Mistral 3's placeholder check is "
         "Llava's. The program refuses a batch of one single-patch image (transformers' attention tests "
         "`patches > 1` before its mask).",
+    ),
+    (
+        ('transformers.vision.ovis2_indicators',),
+        "Ovis2 (5.x) writes its visual indicator tokens' embeddings under `if mask.any():`, a branch on the data "
+        "that stopped the export: `torch.where` writes the same values, for any mask.",
     ),
     (
         ('transformers.vision.gemma4_features',),

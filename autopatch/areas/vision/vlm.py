@@ -236,6 +236,19 @@ def granite_docling_features_one_element(get_image_features):
     })
 
 
+def ovis2_indicators_by_where(forward):
+    """A rewriter for ``Ovis2Model.forward`` (5.x): each visual indicator token's embedding is written with
+    ``if mask.any(): inputs_embeds[mask] = feature``, a branch on the data. ``torch.where`` writes the same values
+    where the mask holds and leaves the rest, for any mask (none: unchanged, as the skipped branch)."""
+    from ...kit import substitute_expressions
+
+    feature = "visual_indicator_features[i].to(inputs_embeds.device, inputs_embeds.dtype)"
+    return substitute_expressions(forward, {
+        f"if mask.any():\n    inputs_embeds[mask] = {feature}":
+        f"inputs_embeds = torch.where(mask[..., None], {feature}, inputs_embeds)",
+    })
+
+
 def gemma4_features_one_element(get_image_features):
     """A rewriter for ``Gemma4Model.get_image_features`` (5.23): the pooled features (every image's non-padding
     tokens, one after another) are split per image by ``.tolist()`` of the counts, which fixes the number of
