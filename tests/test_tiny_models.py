@@ -205,6 +205,15 @@ def test_stacks_and_widths_the_cache_derives_are_consistent():
             model(**tiny.inputs(model, arch, "decode", 2))
 
 
+def test_a_numbered_patch_layout_leaves_the_text_its_own_mask():
+    """Pix2Struct's patches come with a mask of real patches, which its encoder reads; Kosmos-2.5 takes the same
+    patches but gives attention_mask to its text model: there the mask is the text's (it was the patches')."""
+    for model_type, mask_of in (("pix2struct", "flattened_patches"), ("kosmos-2.5", "input_ids")):
+        arch = _arch("vlm", model_type)
+        inputs = tiny.inputs(tiny.build(arch), arch, "prefill", 0)
+        assert inputs["attention_mask"].shape == inputs[mask_of].shape[:2], model_type
+
+
 @pytest.mark.parametrize("kind,model_type", [("causal", "llama"), ("seq2seq", "bart"), ("encoder", "distilbert")])
 def test_input_sets_differ_in_batch_and_sequence(kind, model_type):
     arch = _arch(kind, model_type)

@@ -1525,7 +1525,9 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
             and getattr(config, "is_encoder_decoder", False):
         # an encoder-decoder reading text and image (UDOP): a short answer so far for its decoder
         text_inputs["decoder_input_ids"] = builders.random_ids(g, vocab_size(config), batch, 3)
-    found = {**text_inputs, **pixels, "use_cache": False}
+    # the text's mask wins over a patch layout's (Kosmos-2.5 takes Pix2Struct's numbered patches, whose model
+    # reads that mask, but gives attention_mask to its text model); an image encoder-decoder's text has none
+    found = {**pixels, **text_inputs, "use_cache": False}
     if "mm_token_type_ids" in taken and token is not None:
         found["mm_token_type_ids"] = (ids == token).long()  # which tokens are image ones (M-RoPE's positions)
     if "image_attention_mask" in taken and "input_ids" in found:
