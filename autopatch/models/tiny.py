@@ -1175,7 +1175,9 @@ def _vision_config(config):
     for name in ("vision_config", "vision_tower_config", "visual_config", "encoder"):
         value = getattr(config, name, None)
         if value is not None and _is_config(value):
-            return value
+            # T5Gemma 2: its encoder's config holds the vision config in turn
+            nested = getattr(value, "vision_config", None)
+            return nested if name == "encoder" and nested is not None and _is_config(nested) else value
     return config
 
 
