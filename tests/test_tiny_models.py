@@ -103,7 +103,8 @@ SHRUNK = [
     ("vlm", "gemma4", "5"),  # no default vision tower; flattened patches with their positions
     ("vlm", "diffusion_gemma", "5"),  # expert sizes None although every layer routes
     ("causal", "gemma4_assistant", "5"),  # a default its own validator refuses (DEFAULT_ARGUMENTS)
-    ("vlm", "t5gemma2", "5.23"),  # its vision config inside its encoder's: the images were sized by the encoder's
+    ("vlm", "t5gemma2", "5.23"),
+    ("vlm", "gemma4_unified", "5.23"),  # no default vision config; its embedder's widths, its patch size  # its vision config inside its encoder's: the images were sized by the encoder's
 ]
 #: Built only: DiffusionGemma's forward takes encoder outputs, Gemma 4's assistant the target model's key/value states.
 BUILT_ONLY = ("diffusion_gemma", "gemma4_assistant")

@@ -358,27 +358,31 @@ def test_ovis2_indicators_fail_without_their_row_and_match_eager_with_it(make_ag
     proving.prove(dataclasses.replace(case, build=build), make_agent)
 
 
-def _gemma4_short_image(inputs):
+def _gemma4_short_image(inputs, tokens):
     """Sample 0's image 6 patches wide and 3 tall (the catalogue's are 6 x 6): its last 18 patches padding, as the
-    processor pads a wide image (positions -1, zero pixels), and 2 pooled tokens instead of 4 in the text."""
+    processor pads a wide image (positions -1, zero pixels), and ``tokens`` image tokens in the text instead of
+    the full image's (the rest become text tokens)."""
     inputs = copy.deepcopy(inputs)
     inputs["image_position_ids"][0, 18:] = -1
     inputs["pixel_values"][0, 18:] = 0
-    inputs["input_ids"][0, 3:5] = 7  # a text token where the two image tokens it no longer has were
-    inputs["mm_token_type_ids"][0, 3:5] = 0
+    image = (inputs["mm_token_type_ids"][0] == 1).nonzero().flatten()
+    inputs["input_ids"][0, image[tokens:]] = 7  # a text token where the image tokens it no longer has were
+    inputs["mm_token_type_ids"][0, image[tokens:]] = 0
     return inputs
 
 
 @pytest.mark.requires("transformers>=5.13")
-def test_gemma4_features_fail_without_their_row_and_match_eager_with_it(make_agent):
-    """Gemma 4 splits its pooled image features per image by `.tolist()` of each image's non-padding patch count:
-    the number of images is fixed without the row; with it other image batches match eager, also when an image
-    has padding patches (fewer tokens than the others)."""
-    case = catalogue_case("gemma4", "transformers.vision.gemma4_features", "Constraints violated")
+@pytest.mark.parametrize("name", ["gemma4", "gemma4_unified"])
+def test_gemma4_features_fail_without_their_row_and_match_eager_with_it(make_agent, name):
+    """Gemma 4 (and Gemma 4 Unified's tower-free embedder) split the pooled image features per image by
+    `.tolist()` of each image's non-padding patch count: the number of images is fixed without the row; with it
+    other image batches match eager, also when an image has padding patches (fewer tokens than the others)."""
+    case = catalogue_case(name, f"transformers.vision.{name}_features", "Constraints violated")
 
     def build():
         model, traced, other, runs = case.build()
-        return model, traced, other, [*runs, *map(_gemma4_short_image, runs)]
+        tokens = 2 if name == "gemma4" else 18  # the short image's: pooled 3 x 3 per token, or one per patch
+        return model, traced, other, [*runs, *(_gemma4_short_image(run, tokens) for run in runs)]
 
     proving.prove(dataclasses.replace(case, build=build), make_agent)
 

@@ -152,7 +152,9 @@ SIZES = {
                      # it), an expert stack's own width (Muse Spark), a VQ model's generation embedding (Janus),
                      # a Perceiver's latent width
                      "adapter_in_dim", "adapter_out_dim", "adapter_input_size", "moe_hidden_size",
-                     "image_token_embed_dim", "d_latents", "backbone_hidden_size"),
+                     "image_token_embed_dim", "d_latents", "backbone_hidden_size",
+                     # Gemma 4 Unified's patch embedder (its width, and its projection's)
+                     "mm_embed_dim", "output_proj_dims"),
                     HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                      "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder",
@@ -772,6 +774,7 @@ OVERRIDES: dict = {
     # Gemma 4's default config has no vision tower (vision_config None: the text-only checkpoints' shape), so its
     # image-text-to-text model has nothing to take the images with: the vision config class's defaults
     "gemma4": {"_sub_configs": {"vision_config": "Gemma4VisionConfig"}},
+    "gemma4_unified": {"_sub_configs": {"vision_config": "Gemma4UnifiedVisionConfig"}},  # likewise
     # Pix2Struct's text config gets initializer_range from its parent's constructor, not its own, so rebuilding it
     # drops it (4.x; the model reads it to initialize): the default's 0.02 (5.x's text config takes it itself)
     "pix2struct_text_model": {"initializer_range": 0.02},
@@ -1254,12 +1257,14 @@ def _numbered_patches_layout(model, batch: int, g) -> dict:
 
 
 def _patch_positions_layout(model, batch: int, g) -> dict:
-    """Gemma 4's and DiffusionGemma's towers: flattened patches and each one's (x, y) on the patch grid, a grid of
+    """Gemma 4's and DiffusionGemma's towers (and Gemma 4 Unified's embedder): flattened patches and each one's (x, y) on the patch grid, a grid of
     whole pooling kernels (3 x 3 by default, so two kernels a side, not PATCHES_PER_SIDE)."""
     import torch
 
     vision = _vision_config(model.config)
-    patch, kernel = getattr(vision, "patch_size", 16), getattr(vision, "pooling_kernel_size", 1) or 1
+    # Gemma 4 Unified embeds flattened patches of model_patch_size (its tower-free embedder), not patch_size
+    patch = getattr(vision, "model_patch_size", None) or getattr(vision, "patch_size", 16)
+    kernel = getattr(vision, "pooling_kernel_size", 1) or 1
     side = 2 * kernel
     ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
     positions = torch.stack([xs.flatten(), ys.flatten()], dim=-1)

@@ -405,20 +405,24 @@ ROWS = (
         "on the data ('Could not guard on data-dependent expression'). Rewritten from the source: torch.where "
         "writes the same values where the mask holds and leaves the rest, for any mask.",
     ),
-    PatchSpec(
-        id="transformers.vision.gemma4_features",
-        family="transformers",
-        trigger="transformers.models.gemma4.modeling_gemma4",
-        target="Gemma4Model.get_image_features",
-        mode="rewrite",
-        replacement="autopatch.areas.vision.vlm:gemma4_features_one_element",
-        # 5.12 returns the pooled features whole (no split): nothing to do there
-        requires=("transformers>=5.13",),
-        fingerprints=("2f7a6bcde286",),  # 5.23.0
-        reason="Gemma4Model.get_image_features splits the pooled features per image with `.tolist()` of each "
-        "image's non-padding patch count, which fixes the number of images; forward concatenates them straight "
-        "back. Rewritten from the source: one element holding every image's features, the same tensor once "
-        "concatenated (forward still checks it against the image tokens).",
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_features",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}.get_image_features",
+            mode="rewrite",
+            replacement="autopatch.areas.vision.vlm:gemma4_features_one_element",
+            # 5.12's Gemma 4 returns the pooled features whole (no split): nothing to do there
+            requires=("transformers>=5.13",),
+            fingerprints=(fingerprint,),  # 5.23.0
+            reason=f"{owner}.get_image_features splits the pooled features per image with `.tolist()` of each "
+            "image's non-padding patch count, which fixes the number of images; forward concatenates them "
+            "straight back. Rewritten from the source: one element holding every image's features, the same "
+            "tensor once concatenated (forward still checks it against the image tokens).",
+        )
+        for model, owner, fingerprint in (("gemma4", "Gemma4Model", "2f7a6bcde286"),
+                                          ("gemma4_unified", "Gemma4UnifiedModel", "51295b45751e"))
     ),
     PatchSpec(
         id="transformers.vision.udop_combine_embeddings",
@@ -550,10 +554,10 @@ SUMMARIES = (
         "that stopped the export: `torch.where` writes the same values, for any mask.",
     ),
     (
-        ('transformers.vision.gemma4_features',),
-        "Gemma 4 (5.13+) splits its pooled image features per image with `.tolist()` of each image's "
-        "non-padding patch count, which fixed the number of images in the program; forward concatenates them "
-        "straight back: one element holding every image's features instead.",
+        ('transformers.vision.gemma4_features', 'transformers.vision.gemma4_unified_features'),
+        "Gemma 4 and Gemma 4 Unified (5.13+) split their pooled image features per image with `.tolist()` of "
+        "each image's non-padding patch count, which fixed the number of images in the program; forward "
+        "concatenates them straight back: one element holding every image's features instead.",
     ),
     (
         ('transformers.vision.granite_docling_features',),
