@@ -398,8 +398,9 @@ ROWS = (
         target="Ovis2Model.forward",
         mode="rewrite",
         replacement="autopatch.areas.vision.vlm:ovis2_indicators_by_where",
-        # 4.57's Ovis2 fails in eager on the catalogue's inputs (its image-token count): not proven there
-        requires=("transformers>=5.0",),
+        # 4.57's Ovis2 fails in eager on the catalogue's inputs (its image-token count), and 5.3's export stops
+        # before this branch (its placeholder check's bounds): proven on 5.12 and 5.23
+        requires=("transformers>=5.12",),
         fingerprints=("e5e187ed8dac", "b0441330a6a8"),  # 5.12.1, 5.23.0
         reason="Ovis2Model.forward writes each visual indicator token's embedding under `if mask.any():`, a branch "
         "on the data ('Could not guard on data-dependent expression'). Rewritten from the source: torch.where "
