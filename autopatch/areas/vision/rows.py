@@ -551,7 +551,7 @@ SUMMARIES = (
     ),
     (
         ('transformers.vision.ovis2_indicators',),
-        "Ovis2 (5.x) writes its visual indicator tokens' embeddings under `if mask.any():`, a branch on the data "
+        "Ovis2 (5.12+) writes its visual indicator tokens' embeddings under `if mask.any():`, a branch on the data "
         "that stopped the export: `torch.where` writes the same values, for any mask.",
     ),
     (

@@ -237,7 +237,7 @@ def granite_docling_features_one_element(get_image_features):
 
 
 def ovis2_indicators_by_where(forward):
-    """A rewriter for ``Ovis2Model.forward`` (5.x): each visual indicator token's embedding is written with
+    """A rewriter for ``Ovis2Model.forward`` (5.12+): each visual indicator token's embedding is written with
     ``if mask.any(): inputs_embeds[mask] = feature``, a branch on the data. ``torch.where`` writes the same values
     where the mask holds and leaves the rest, for any mask (none: unchanged, as the skipped branch)."""
     from ...kit import substitute_expressions
