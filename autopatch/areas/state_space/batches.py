@@ -6,14 +6,18 @@ Zaya then concatenates the cached convolution state (a third batch) and views th
 torch records ``Max(...) == cache batch`` but cannot substitute a maximum, so every later size is a nest of
 divisions by it, and its contiguity checks become guards that refuse a one-token step at run time. Stating
 that the mask's batch is the hidden states' (eager needs it: a padding mask has one row per sample) leaves one
-batch, which the concatenation then ties to the cache's.
+batch, which the concatenation then ties to the cache's. Zaya's delayed values then take every new token but the
+last (``[:, :-1]``, one shorter than the step), and describing that tensor guards the step length minus one
+against 1: the program refused two-token steps. Sliced after the concatenation instead, the same tokens come out
+of a tensor as long as the step plus one.
 """
 
 from __future__ import annotations
 
 
 def zaya_mask_batch_stated(forward):
-    """``ZayaCCAProjection.forward`` (5.x): the conv mask's batch stated equal to the hidden states'."""
+    """``ZayaCCAProjection.forward`` (5.23): the conv mask's batch stated equal to the hidden states', the delayed
+    values sliced after their concatenation."""
     from ...kit import substitute_expressions
 
     return substitute_expressions(forward, {

@@ -346,8 +346,9 @@ ROWS = (
         fingerprints=("17bf4c51d9b3",),  # 5.23
         reason="Zaya masks its hidden states with the padding mask (batches broadcast: Max of two symbols), then "
         "concatenates the cached conv state and views by the product's shape: torch cannot substitute the maximum, "
-        "and the guards it left refused a one-token decode step at run time. The mask's batch stated equal to "
-        "the hidden states' (one row per sample, as eager needs).",
+        "and the guards it left refused a one-token decode step at run time; its delayed values, one shorter than "
+        "the step, guarded the step against 2. The mask's batch stated equal to the hidden states' (one row per "
+        "sample, as eager needs), the delayed values sliced after their concatenation (the same tokens).",
     ),
 )
 
@@ -360,7 +361,8 @@ SUMMARIES = (
         'sizes), concatenates the cached convolution state and views the result by the product\'s shape. torch '
         'cannot substitute a maximum, and the guards left behind refused a one-token decode step at run time. '
         "The mask's batch is stated equal to the hidden states' (a padding mask has one row per sample), so "
-        "one batch remains, tied to the cache's.",
+        "one batch remains, tied to the cache's; the delayed values (every new token but the last, a tensor "
+        "one shorter than the step, which refused two-token steps) are sliced after their concatenation.",
     ),
     (
         ('transformers.minimax.lightning_decode_scan',),
