@@ -175,3 +175,25 @@ def prove(case: Proof, make_agent):
     built = None if case.built_after_agent else case.build()
     fails_without(case, make_agent, built)
     return exports_with(case, make_agent, built)
+
+
+def catalogue_prefill(name: str, rows: tuple, fails_with: str, beside=("all",), strict: bool = False) -> Proof:
+    """``name``'s VLM prefill on the tiny catalogue's model: traced on its first input set (2 images), checked on
+    the others (3 and 4 images, longer texts); the dynamic shapes guessed from the first two and fitted to the
+    forward's signature (some take their image sizes through ``**kwargs``)."""
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    arch = tiny.architecture(name, "vlm")
+    sets = {}
+
+    def build():
+        model = tiny.build(arch)
+        sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
+        return model, sets[0], sets[1], [sets[1], sets[2]]
+
+    def shapes(model):
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+
+    return Proof(f"{name}/prefill" + "-strict" * strict, build, rows=tuple(rows), fails_with=fails_with,
+                 beside=beside, strict=strict, shapes=shapes)

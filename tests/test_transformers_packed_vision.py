@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import proving
-import autopatch
 from autopatch import registry
 from autopatch.areas.packed_vision import rows as packed_rows
 from autopatch.areas.packed_vision import packed as packed
@@ -344,19 +343,7 @@ KIMI_ROWS = ("patch_positions_packed", "attention_packed", "image_features_packe
 
 def catalogue_packed_case(model, rows, beside=("pytree",), strict=False):
     """The catalogue's prefill, traced at 2 images (batch 2), run at 3 and 4 images (other batches and texts)."""
-    from autopatch.dynamic_shapes import fit_to_signature
-    from autopatch.models import tiny
-
-    arch = tiny.architecture(model, "vlm")
-    sets = {}
-
-    def build():
-        module = tiny.build(arch)
-        sets.update(enumerate(tiny.inputs(module, arch, "prefill", k) for k in range(3)))
-        return module, sets[0], sets[1], [sets[1], sets[2]]
-
-    return Proof(f"{model}/prefill", build, rows=rows, fails_with=FAILS, beside=beside, strict=strict,
-                 shapes=lambda module: fit_to_signature(module, autopatch.guess_dynamic_shapes(sets[0], sets[1])))
+    return proving.catalogue_prefill(model, rows, FAILS, beside=beside, strict=strict)
 
 
 @V5

@@ -290,21 +290,8 @@ MESSAGE_ONLY = [pytest.param(row.model, marks=pytest.mark.requires(row.requires)
 
 
 def catalogue_case(name, row, fails_with, strict=False):
-    """``name``'s prefill on the tiny catalogue's model: traced on its first input set (2 images, 5 text tokens),
-    checked on the others (3 and 4 images, longer texts)."""
-    arch = tiny.architecture(name, "vlm")
-    sets = {}
-
-    def build():
-        model = tiny.build(arch)
-        sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
-        return model, sets[0], sets[1], [sets[1], sets[2]]
-
-    def shapes(model):  # some take their image sizes through **kwargs (Qianfan-OCR)
-        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
-
-    return Proof(f"{name}/prefill" + "-strict" * strict, build, rows=(row,), fails_with=fails_with,
-                 beside=("all",), strict=strict, shapes=shapes)
+    """``name``'s prefill on the tiny catalogue's model with ``row`` (every default row beside)."""
+    return proving.catalogue_prefill(name, (row,), fails_with, strict=strict)
 
 
 @pytest.mark.parametrize("name", MESSAGE_ONLY)

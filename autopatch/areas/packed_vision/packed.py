@@ -14,6 +14,9 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
 - (Qwen3-VL) the resampling of the learned position grid pads a tensor one shorter than the number of images.
 - ``get_rope_index`` groups each sample's tokens with ``itertools.groupby`` over ``.tolist()`` and walks the
   groups in Python to build 3-axis (time, row, column) positions for the language model.
+- (Muse Spark, Muse Glimmer) the merge blocks' gather index is built image by image, and the tower reorders its
+  patches by the window index, whose length is data; (Kimi-K2.5) the temporal table's per-patch index and the
+  patches each merged token pools are built image by image.
 
 The replacements compute the same values with tensor arithmetic over every patch or token at once, so the number of
 images, their sizes, the batch and the sequence stay symbolic. Patch-wise: a patch finds its image by
