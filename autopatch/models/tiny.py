@@ -1257,8 +1257,9 @@ def _numbered_patches_layout(model, batch: int, g) -> dict:
 
 
 def _patch_positions_layout(model, batch: int, g) -> dict:
-    """Gemma 4's and DiffusionGemma's towers (and Gemma 4 Unified's embedder): flattened patches and each one's (x, y) on the patch grid, a grid of
-    whole pooling kernels (3 x 3 by default, so two kernels a side, not PATCHES_PER_SIDE)."""
+    """Gemma 4's and DiffusionGemma's towers (and Gemma 4 Unified's embedder): flattened patches and each one's
+    (x, y) on the patch grid, a grid of whole pooling kernels (3 x 3 by default, so two kernels a side, not
+    PATCHES_PER_SIDE)."""
     import torch
 
     vision = _vision_config(model.config)
