@@ -254,12 +254,13 @@ def packed_attention_one_call(attention_forward):
 _SPLIT_SIZES = "split_sizes = (image_grid_thw.prod(-1) // self.{tower}.spatial_merge_size ** 2).tolist()"
 
 
-def _features_one_element(get_image_features, features: str, tower: str = "visual"):
-    """``get_image_features`` with its per-image ``torch.split(<features>, split_sizes)`` one element."""
+def _features_one_element(get_image_features, features: str, tower: str = "visual", split_sizes: str = ""):
+    """``get_image_features`` with its per-image ``torch.split(<features>, split_sizes)`` one element, and the
+    statement computing ``split_sizes`` (Qwen2-VL's through ``self.<tower>`` unless given) removed."""
     from ...kit import substitute_expressions
 
     return substitute_expressions(get_image_features, {
-        _SPLIT_SIZES.format(tower=tower): "pass",
+        split_sizes or _SPLIT_SIZES.format(tower=tower): "pass",
         f"torch.split({features}, split_sizes)": f"({features},)",
     })
 
@@ -286,23 +287,15 @@ def hyperclovax_features_one_element(get_image_features):
 def adapted_image_features(get_image_features):
     """The same for ``get_image_features`` of Muse Spark and Muse Glimmer (5.23), which adapt, project and norm
     the tower's output before splitting it (``vision_features``) by the config's merge size."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(get_image_features, {
-        "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.merge_size**2).tolist()": "pass",
-        "torch.split(vision_features, split_sizes)": "(vision_features,)",
-    })
+    return _features_one_element(get_image_features, "vision_features", split_sizes=(
+        "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.merge_size**2).tolist()"))
 
 
 def kernel_merged_image_features(get_image_features):
     """The same for Kimi-K2.5's ``get_image_features`` (5.23), which projects the tower's merged output and splits
     it by the merge kernel's area (``image_embeds``)."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(get_image_features, {
-        "split_sizes = (image_grid_thw.prod(-1) // merge_kernel_size).tolist()": "pass",
-        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
-    })
+    return _features_one_element(get_image_features, "image_embeds", split_sizes=(
+        "split_sizes = (image_grid_thw.prod(-1) // merge_kernel_size).tolist()"))
 
 
 def packed_deepstack_image_features(get_image_features):

@@ -254,12 +254,10 @@ def gemma4_features_one_element(get_image_features):
     pooled features (every image's non-padding tokens, one after another) are split per image by ``.tolist()`` of
     the counts, which fixes the number of images; forward's first act on them is ``torch.cat``. One element
     instead, the same tensor once concatenated (forward still checks its size against the image tokens)."""
-    from ...kit import NotRewritable, source_of, substitute_expressions
+    from ...kit import source_of, substitute_expressions
 
     counts = ("non_pad_mask.sum(dim=-1) // k_squared" if "k_squared" in source_of(get_image_features)
               else "non_pad_mask.sum(dim=-1)")  # Gemma 4 pools k x k patches per token; Unified does not
-    if "torch.split(pooler_output, split_sizes)" not in source_of(get_image_features):
-        raise NotRewritable("no torch.split(pooler_output, split_sizes) in get_image_features")
     return substitute_expressions(get_image_features, {
         f"split_sizes = ({counts}).tolist()": "pass",
         "torch.split(pooler_output, split_sizes)": "(pooler_output,)",
