@@ -37,9 +37,10 @@ PLACEHOLDER_MASK_4X = (*(Placeholder4x(model, owner, LLAVA_MASK_4X) for model, o
                        *PLACEHOLDER_MASK_4X_MORE)
 #: The 5.12+ get_placeholder_mask sources whose check formats the feature count into its message (strict export fixes
 #: the image batch to do so): (model, owner, fingerprints, the versions where its strict export fails without the
-#: row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and five
-#: more; Llama 4's and Video-LLaVA's are their own (Video-LLaVA's has a second check, for videos). DeepSeek-VL-Hybrid
-#: exports strict on 5.12.1 without the row; Llama 4's inputs are not built by the tiny catalogue on 5.12.1.
+#: row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and six
+#: more (Janus among them); Llama 4's, Video-LLaVA's (a second check, for videos) and Chameleon's (its image token
+#: read from a vocabulary mapping) are their own. DeepSeek-VL-Hybrid exports strict on 5.12.1 without the row; Llama
+#: 4's inputs are not built by the tiny catalogue on 5.12.1.
 LLAVA_MESSAGE = ("c17fb3a6d93c", "f2744c485034")
 MessageModel = table_row("MessageModel", ("model", "owner", "fingerprints", "requires"))
 PLACEHOLDER_MESSAGE_MODELS = (
@@ -51,6 +52,8 @@ PLACEHOLDER_MESSAGE_MODELS = (
     MessageModel("qianfan_ocr", "QianfanOCRModel", LLAVA_MESSAGE, "transformers>=5.12"),
     MessageModel("llama4", "Llama4ForConditionalGeneration", ("da7b79cb700d",), "transformers>=5.13"),
     MessageModel("video_llava", "VideoLlavaModel", ("49eb66c81538", "92fe1b2335c4"), "transformers>=5.12"),
+    MessageModel("janus", "JanusModel", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("chameleon", "ChameleonModel", ("0ba07318f099", "34028a121490"), "transformers>=5.12"),
 )
 
 #: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
@@ -493,9 +496,10 @@ SUMMARIES = (
             'transformers.vision.deepseek_vl_hybrid_placeholder_message',
             'transformers.vision.florence2_placeholder_message', 'transformers.vision.qianfan_ocr_placeholder_message',
             'transformers.vision.llama4_placeholder_message', 'transformers.vision.video_llava_placeholder_message',
+            'transformers.vision.janus_placeholder_message', 'transformers.vision.chameleon_placeholder_message',
         ),
-        '`strict=True` on 5.12 and later: these VLMs (Llava\'s family, Aria, DeepSeek-VL, Florence-2, Qianfan-OCR; '
-        'Llama 4 and Video-LLaVA with sources of their own) have a `get_placeholder_mask` '
+        '`strict=True` on 5.12 and later: these VLMs (Llava\'s family, Aria, DeepSeek-VL, Florence-2, Qianfan-OCR, '
+        'Janus; Llama 4, Video-LLaVA and Chameleon with sources of their own) have a `get_placeholder_mask` '
         'whose check formats the feature count into its message before the check runs; Dynamo fixes the '
         'image batch to do so ("specialized it to be a constant"). Rewritten from the source: each such message '
         'is a lambda, formatted only when the check fails in eager code.',
