@@ -1,6 +1,7 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
-prefills (5.23) and eight models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
-GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose
+prefills (5.23), models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
+GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Muse Glimmer, Kimi-K2.5 and
+Qwen2.5-Omni thinker), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose
 images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the text
 length all dynamic.
 
@@ -413,3 +414,70 @@ def test_kimi_k25_indices_equal_upstream():
         assert got.dtype == expected.dtype and torch.equal(got, expected), (grid, kh, kw)
         grid[:, 0] = torch.randint(1, 4, (images,), generator=g)  # frame counts may differ for the table's index
         assert torch.equal(packed_frame_index(grid), upstream.get_vision_frame_index(grid)), grid
+
+
+# --- Qwen2.5-Omni's thinker: Qwen2.5-VL's tower, a 4.x-style rope index of its own --------------------------------
+
+OMNI_ROWS = ("patch_positions_packed", "attention_packed", "image_features_packed", "windows_packed", "rope_index")
+
+
+@V5
+@pytest.mark.parametrize("left_out", OMNI_ROWS)
+def test_omni_thinker_export_fails_with_any_row_left_out(make_agent, left_out):
+    rows = [f"transformers.vision.qwen2_5_omni_{row}" for row in OMNI_ROWS]
+    row = f"transformers.vision.qwen2_5_omni_{left_out}"
+    case = catalogue_packed_case("qwen2_5_omni_thinker", (row,), beside=("pytree", *(r for r in rows if r != row)))
+    proving.fails_without(case, make_agent)
+
+
+@V5
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_omni_thinker_prefill_matches_eager_at_other_images(make_agent, strict):
+    rows = tuple(f"transformers.vision.qwen2_5_omni_{row}" for row in OMNI_ROWS)
+    proving.exports_with(catalogue_packed_case("qwen2_5_omni_thinker", rows, strict=strict), make_agent)
+
+
+def _omni_batches(config, seed, count=60):
+    """Text and images as Qwen2.5-Omni's processor writes them (a vision start, the placeholders, a vision end: 7),
+    several images per sample with grids of one or two frames (an image's frames are position_id_per_seconds
+    apart on the time axis), some samples text only, left padding."""
+    rng, merge = random.Random(seed), config.vision_config.spatial_merge_size
+    for _ in range(count):
+        samples, grids = [], []
+        for _ in range(rng.randint(1, 3)):
+            tokens = [5] * rng.randint(1, 3)
+            for _ in range(rng.randint(0, 3)):
+                grid = (rng.randint(1, 2), merge * rng.randint(1, 3), merge * rng.randint(1, 3))
+                grids.append(grid)
+                tokens += [config.vision_start_token_id, *[config.image_token_id] * (
+                    grid[0] * grid[1] * grid[2] // merge**2), 7, *[5] * rng.randint(0, 2)]
+            samples.append(tokens)
+        length = max(len(tokens) for tokens in samples) + rng.randint(0, 2)
+        ids, mask = torch.zeros(len(samples), length, dtype=torch.long), torch.zeros(len(samples), length,
+                                                                                       dtype=torch.long)
+        for row, tokens in enumerate(samples):
+            ids[row, length - len(tokens):], mask[row, length - len(tokens):] = torch.tensor(tokens), 1
+        yield ids, mask, torch.tensor(grids) if grids else None
+
+
+@V5
+def test_omni_thinker_rope_index_equals_upstream():
+    """The loop-free rope index against the thinker's own, with and without a mask (upstream's deltas count the
+    tokens the mask keeps, unlike 4.x Qwen2.5-VL's); an audio-start token without audio lengths is refused, as
+    upstream fails on it."""
+    from autopatch.models import tiny
+
+    thinker = tiny.build(tiny.architecture("qwen2_5_omni_thinker", "vlm")).model
+    upstream = type(thinker).get_rope_index
+    for ids, mask, grids in _omni_batches(thinker.config, seed=0):
+        for attention_mask in (mask, None) if grids is not None else (mask,):  # text alone: upstream needs a mask
+            expected = upstream(thinker, ids, grids, None, attention_mask)
+            got = packed.qwen2_5_omni_rope_index(upstream, thinker, ids, grids, None, attention_mask)
+            for e, g in zip(expected, got):
+                assert e.dtype == g.dtype and torch.equal(e, g), (ids, grids)
+    ids, mask, grids = next(batch for batch in _omni_batches(thinker.config, seed=1) if batch[2] is not None)
+    ids[0, -1] = thinker.config.audio_start_token_id
+    with pytest.raises(Exception):  # upstream: no audio lengths to read
+        upstream(thinker, ids, grids, None, mask)
+    with pytest.raises(RuntimeError, match="an audio-start token without audio_seqlens"):
+        packed.qwen2_5_omni_rope_index(upstream, thinker, ids, grids, None, mask)

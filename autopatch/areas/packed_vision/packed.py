@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import torch
 
+from ...kit import calls_original
+
 
 def _total(ends) -> int:
     """The last of cumulative counts (0 for none), as a size: unbacked under export, since it is data."""
@@ -393,6 +395,29 @@ def qwen2_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid
                        attention_mask, v4=True)
 
 
+@calls_original
+def qwen2_5_omni_rope_index(original, self, input_ids=None, image_grid_thw=None, video_grid_thw=None,
+                            attention_mask=None, use_audio_in_video=False, audio_seqlens=None, second_per_grids=None):
+    """Qwen2.5-Omni's thinker ``get_rope_index`` (5.23) for a prompt of text and images: Qwen2.5-VL's 4.x walk
+    (vision-start tokens, each group advancing past its largest index, dropped tokens at 1), an image's frames
+    ``position_id_per_seconds`` apart, and deltas over the tokens the mask keeps (upstream measures the masked
+    row). Audio and video interleave by time chunks of their own: those prompts, and text alone (loop-free
+    upstream already), take the original. Upstream fails on an audio-start token without audio lengths; so does
+    the program (a run-time check), never a silent position."""
+    if image_grid_thw is None or video_grid_thw is not None or audio_seqlens is not None or use_audio_in_video:
+        return original(self, input_ids, image_grid_thw, video_grid_thw, attention_mask, use_audio_in_video,
+                        audio_seqlens, second_per_grids)
+    kept = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
+    audio_start = (input_ids == self.config.audio_start_token_id) & kept
+    torch._check_tensor_all(~audio_start.any(), lambda: "autopatch: an audio-start token without audio_seqlens "
+                                                        "(upstream fails on it too)")
+    # Upstream's time index is (arange(frames) * 1 * position_id_per_seconds).long(): an int or a float spacing.
+    per_second = torch.full(image_grid_thw[:, :1].shape[:1], self.config.position_id_per_seconds,
+                            device=input_ids.device)
+    return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw, None, attention_mask,
+                       intervals=(per_second, None), v4=True, kept_deltas=True)
+
+
 def _kinds_4x(config, input_ids):
     """4.x has no token-kind input: 1 for the image placeholder id, 2 for the video one, 0 for text.
 
@@ -443,7 +468,7 @@ def qwen3_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid
 
 
 def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
-                intervals=(None, None), v4=False):
+                intervals=(None, None), v4=False, kept_deltas=False):
     """Qwen2-VL-style ``get_rope_index`` for every token at once. Returns the same ``position_ids
     [3, batch, seq]`` and ``mrope_position_deltas [batch, 1]``.
 
@@ -455,7 +480,7 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     ``intervals`` (images', videos'): per grid, the time-axis spacing of its frames (None: 1); the time index is
     ``int(frame * interval)``. 4.x (``v4``): a group advances the position past its largest index (the last
     frame's time, rows, columns); dropped tokens get 1; the deltas count every position of the row, dropped ones
-    included."""
+    included (``kept_deltas``: the kept tokens only, as 5.x)."""
     merge = self.config.vision_config.spatial_merge_size
     batch, length = input_ids.shape
     device = input_ids.device
@@ -499,7 +524,7 @@ def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_t
     # 4.x without any grid takes another branch upstream, whose maximum counts the dropped tokens' 1 too.
     text_only_4x = v4 and image_grid_thw is None and video_grid_thw is None
     largest = (position_ids if text_only_4x else position_ids.masked_fill(~kept, 0)).amax(dim=(0, 2))
-    deltas = (largest + 1 - (length if v4 else kept.sum(dim=1))).unsqueeze(1)
+    deltas = (largest + 1 - (length if v4 and not kept_deltas else kept.sum(dim=1))).unsqueeze(1)
     return position_ids, deltas
 
 

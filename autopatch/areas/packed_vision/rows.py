@@ -60,7 +60,14 @@ PACKED_VISION_MODELS = (
     # arange.
     PackedModel("kimi_k25", "Kimi_K25VisionAttention", "80c4aad9584f", "Kimi_K25Model",
                 "3cd7a5f5af4f", "kernel_merged_image_features", None, None),
+    # Qwen2.5-Omni's thinker: Qwen2.5-VL's tower (windows too) with separate q/k/v projections (the rewritten
+    # statements are the same); its rope index walks audio, video and images 4.x's way (ROPE_OWNERS).
+    PackedModel("qwen2_5_omni", "Qwen2_5OmniVisionAttention", "c6f09b9d03f9", "Qwen2_5OmniThinkerModel",
+                "54bb4440fb12", "packed_image_features", "d60c8a19a7a2", "qwen2_5_omni_rope_index"),
 )
+
+#: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
+ROPE_OWNERS = {"qwen2_5_omni": "Qwen2_5OmniPreTrainedModelForConditionalGeneration"}
 
 #: Of PACKED_VISION_MODELS, the towers that run windows and positions per patch (spatial merge 1) and merge blocks
 #: of patches afterwards by a gather (pixel shuffle): (model, tower class). One source each (fingerprints in rows).
@@ -85,7 +92,7 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
 NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
 
 #: Of those, the models with Qwen2.5-VL's windowed tower attention (vision_utils' window index, bound by name).
-WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer")
+WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer", "qwen2_5_omni")
 
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
@@ -192,15 +199,19 @@ ROWS = (
                 id=f"transformers.vision.{model}_rope_index",
                 family="transformers",
                 trigger=f"transformers.models.{model}.modeling_{model}",
-                target=f"{owner}.get_rope_index",
+                target=f"{ROPE_OWNERS.get(model, owner)}.get_rope_index",
                 mode="route",
                 replacement=f"autopatch.areas.packed_vision.packed:{rope_index}",
                 requires=PACKED_VISION_REQUIRES,
                 fingerprints=(rope_fingerprint,),
                 needs=_companions(model, "rope_index"),
-                reason=f"{owner}.get_rope_index groups each sample's tokens with itertools.groupby over "
-                "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis "
-                "positions and deltas for every token at once, from cumulative sums over the batch.",
+                reason=(f"{owner}.get_rope_index groups each sample's tokens with itertools.groupby over "
+                        "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)). The same 3-axis "
+                        "positions and deltas for every token at once, from cumulative sums over the batch."
+                        if model not in ROPE_OWNERS else
+                        f"{ROPE_OWNERS[model]}.get_rope_index walks each sample's tokens in Python, finding each "
+                        "image with input_ids.tolist() (guard Eq(u0, 0)). For text and images, the same 3-axis "
+                        "positions and deltas for every token at once; audio and video prompts keep the original."),
             ),) if rope_index else ()),
         )
     ),
@@ -455,6 +466,14 @@ SUMMARIES = (
         "of the temporal table (`_frame_index_packed`) and the patches each merged token pools "
         "(`_temporal_merge_packed`: upstream needs every clip to have the same frame count, read from the data "
         "and checked). Its text model numbers positions with arange: no rope index row.",
+    ),
+    (
+        ('transformers.vision.qwen2_5_omni_*',),
+        "Qwen2.5-Omni's thinker (5.23): Qwen2.5-VL's tower with separate q/k/v projections and Qwen2-VL's feature "
+        "split: the same rows (positions, attention, windows, features); its rope index walks text, images, "
+        "video and audio 4.x's way in Python (`_rope_index`: for text and images, every token at once, an image's "
+        "frames `position_id_per_seconds` apart, the deltas over the kept tokens; prompts with audio or video keep "
+        "the original, which still stops the export).",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),
