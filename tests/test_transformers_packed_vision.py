@@ -1,7 +1,7 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
 prefills (5.23), models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
 GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Muse Glimmer, Kimi-K2.5 and
-Qwen2.5-Omni thinker), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose
+the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose
 images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the text
 length all dynamic.
 
@@ -118,7 +118,8 @@ def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
     proving.fails_without(packed_case(model, model_rows), make_agent)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT
+                                   if m in NAMES_5])  # the catalogue's (Qwen3-Omni): below
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail, the
     program refuses the first run set (other images)."""
@@ -416,29 +417,47 @@ def test_kimi_k25_indices_equal_upstream():
         assert torch.equal(packed_frame_index(grid), upstream.get_vision_frame_index(grid)), grid
 
 
-# --- Qwen2.5-Omni's thinker: Qwen2.5-VL's tower, a 4.x-style rope index of its own --------------------------------
+# --- The Omni thinkers: Qwen2.5-VL's and Qwen3-VL's towers, 4.x-style rope indices of their own ---------------
 
-OMNI_ROWS = ("patch_positions_packed", "attention_packed", "image_features_packed", "windows_packed", "rope_index")
+#: model type -> (the catalogue's architecture, its rows).
+OMNI = {"qwen2_5_omni": ("qwen2_5_omni_thinker", ("patch_positions_packed", "attention_packed", "image_features_packed",
+                                                  "windows_packed", "rope_index")),
+        "qwen3_omni_moe": ("qwen3_omni_moe_thinker", ("patch_positions_packed", "attention_packed",
+                                                      "image_features_packed", "interpolation_packed", "rope_index"))}
+
+
+def _omni_rows(model):
+    return tuple(f"transformers.vision.{model}_{row}" for row in OMNI[model][1])
 
 
 @V5
-@pytest.mark.parametrize("left_out", OMNI_ROWS)
-def test_omni_thinker_export_fails_with_any_row_left_out(make_agent, left_out):
-    rows = [f"transformers.vision.qwen2_5_omni_{row}" for row in OMNI_ROWS]
-    row = f"transformers.vision.qwen2_5_omni_{left_out}"
-    case = catalogue_packed_case("qwen2_5_omni_thinker", (row,), beside=("pytree", *(r for r in rows if r != row)))
-    proving.fails_without(case, make_agent)
+@pytest.mark.parametrize("model, left_out", [(model, row) for model in OMNI for row in _omni_rows(model)])
+def test_omni_thinker_export_fails_with_any_row_left_out(make_agent, model, left_out):
+    others = tuple(row for row in _omni_rows(model) if row != left_out)
+    proving.fails_without(catalogue_packed_case(OMNI[model][0], (left_out,), beside=("pytree", *others)), make_agent)
 
 
 @V5
+def test_qwen3_omni_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent):
+    """As Qwen3-VL's: Dynamo fixes the patch count while formatting the check's message (Qwen2.5-Omni's strict
+    program, with the same source, takes other images without the row, as Qwen2.5-VL's)."""
+    row = "transformers.vision.qwen3_omni_moe_placeholder_check_packed"
+    case = catalogue_packed_case("qwen3_omni_moe_thinker", (row,), beside=("pytree", *_omni_rows("qwen3_omni_moe")),
+                                 strict=True)
+    proving.fails_without(dataclasses.replace(case, fails_with="Guard failed", fails_at_run=True), make_agent)
+
+
+@V5
+@pytest.mark.parametrize("model", list(OMNI))
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
-def test_omni_thinker_prefill_matches_eager_at_other_images(make_agent, strict):
-    rows = tuple(f"transformers.vision.qwen2_5_omni_{row}" for row in OMNI_ROWS)
-    proving.exports_with(catalogue_packed_case("qwen2_5_omni_thinker", rows, strict=strict), make_agent)
+def test_omni_thinker_prefill_matches_eager_at_other_images(make_agent, model, strict):
+    rows = _omni_rows(model) + ((f"transformers.vision.{model}_placeholder_check_packed",)
+                                if strict and model in packed_rows.PLACEHOLDER_CHECK_STRICT else ())
+    proving.exports_with(catalogue_packed_case(OMNI[model][0], rows, strict=strict), make_agent)
 
 
 def _omni_batches(config, seed, count=60):
-    """Text and images as Qwen2.5-Omni's processor writes them (a vision start, the placeholders, a vision end: 7),
+    """Text and images as the Omni processors write them (a vision start, the placeholders, a vision end: 7),
     several images per sample with grids of one or two frames (an image's frames are position_id_per_seconds
     apart on the time axis), some samples text only, left padding."""
     rng, merge = random.Random(seed), config.vision_config.spatial_merge_size
@@ -461,23 +480,24 @@ def _omni_batches(config, seed, count=60):
 
 
 @V5
-def test_omni_thinker_rope_index_equals_upstream():
-    """The loop-free rope index against the thinker's own, with and without a mask (upstream's deltas count the
-    tokens the mask keeps, unlike 4.x Qwen2.5-VL's); an audio-start token without audio lengths is refused, as
-    upstream fails on it."""
+@pytest.mark.parametrize("model", list(OMNI))
+def test_omni_thinker_rope_index_equals_upstream(model):
+    """The loop-free rope index against the thinker's own, with and without a mask (Qwen2.5-Omni's deltas count
+    the tokens the mask keeps, unlike 4.x Qwen2.5-VL's; Qwen3-Omni's positions are float, dropped tokens at 0);
+    an audio-start token without audio lengths is refused (upstream fails on it, or Qwen3-Omni's walks on past
+    the tokens it was given)."""
     from autopatch.models import tiny
 
-    thinker = tiny.build(tiny.architecture("qwen2_5_omni_thinker", "vlm")).model
-    upstream = type(thinker).get_rope_index
+    thinker = tiny.build(tiny.architecture(OMNI[model][0], "vlm")).model
+    upstream, replacement = type(thinker).get_rope_index, getattr(packed, f"{model.replace('_moe', '')}_rope_index")
     for ids, mask, grids in _omni_batches(thinker.config, seed=0):
-        for attention_mask in (mask, None) if grids is not None else (mask,):  # text alone: upstream needs a mask
+        # Upstream needs a mask for text alone (both), and for images too (Qwen3-Omni's).
+        for attention_mask in (mask, None) if grids is not None and model == "qwen2_5_omni" else (mask,):
             expected = upstream(thinker, ids, grids, None, attention_mask)
-            got = packed.qwen2_5_omni_rope_index(upstream, thinker, ids, grids, None, attention_mask)
+            got = replacement(upstream, thinker, ids, grids, None, attention_mask)
             for e, g in zip(expected, got):
                 assert e.dtype == g.dtype and torch.equal(e, g), (ids, grids)
     ids, mask, grids = next(batch for batch in _omni_batches(thinker.config, seed=1) if batch[2] is not None)
     ids[0, -1] = thinker.config.audio_start_token_id
-    with pytest.raises(Exception):  # upstream: no audio lengths to read
-        upstream(thinker, ids, grids, None, mask)
     with pytest.raises(RuntimeError, match="an audio-start token without audio_seqlens"):
-        packed.qwen2_5_omni_rope_index(upstream, thinker, ids, grids, None, mask)
+        replacement(upstream, thinker, ids, grids, None, mask)

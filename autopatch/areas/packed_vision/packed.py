@@ -300,16 +300,22 @@ def kernel_merged_image_features(get_image_features):
         "split_sizes = (image_grid_thw.prod(-1) // merge_kernel_size).tolist()"))
 
 
-def packed_deepstack_image_features(get_image_features):
+def packed_deepstack_image_features(get_image_features, features: str = "image_embeds"):
     """The same for Qwen3-VL-style ``get_image_features`` (5.23), which also splits each deepstack layer's
     features per image (its caller concatenates those too)."""
     from ...kit import substitute_expressions
 
     return substitute_expressions(get_image_features, {
         _SPLIT_SIZES.format(tower="visual"): "pass",
-        "torch.split(image_embeds, split_sizes)": "(image_embeds,)",
+        f"torch.split({features}, split_sizes)": f"({features},)",
         "torch.split(feat, split_sizes)": "(feat,)",
     })
+
+
+def packed_deepstack_outputs_image_features(get_image_features):
+    """The same for Qwen3-Omni-MoE's thinker, which splits the tower's output in place
+    (``vision_outputs.pooler_output``)."""
+    return packed_deepstack_image_features(get_image_features, "vision_outputs.pooler_output")
 
 
 def packed_interpolation_starts(interpolation_indices_and_weights):
@@ -416,6 +422,23 @@ def qwen2_5_omni_rope_index(original, self, input_ids=None, image_grid_thw=None,
                             device=input_ids.device)
     return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw, None, attention_mask,
                        intervals=(per_second, None), v4=True, kept_deltas=True)
+
+
+@calls_original
+def qwen3_omni_rope_index(original, self, input_ids=None, image_grid_thw=None, video_grid_thw=None,
+                          attention_mask=None, use_audio_in_video=False, audio_seqlens=None, second_per_grids=None):
+    """Qwen3-Omni-MoE's thinker ``get_rope_index`` (5.23): Qwen2.5-Omni's positions for text and images, in
+    float, with the tokens the mask drops at 0. Its time index is not truncated: with a whole
+    ``position_id_per_seconds`` the truncation of ``_rope_index`` changes nothing; another spacing, prompts with
+    audio or video, text alone, and no mask (upstream indexes it) take the original."""
+    per_second = self.config.position_id_per_seconds
+    if (image_grid_thw is None or video_grid_thw is not None or audio_seqlens is not None or use_audio_in_video
+            or attention_mask is None or per_second != int(per_second)):
+        return original(self, input_ids, image_grid_thw, video_grid_thw, attention_mask, use_audio_in_video,
+                        audio_seqlens, second_per_grids)
+    position_ids, deltas = qwen2_5_omni_rope_index(original, self, input_ids, image_grid_thw, None, attention_mask)
+    kept = (attention_mask == 1).to(position_ids.device)
+    return torch.where(kept, position_ids, 0).float(), deltas.float()
 
 
 def _kinds_4x(config, input_ids):

@@ -64,10 +64,15 @@ PACKED_VISION_MODELS = (
     # statements are the same); its rope index walks audio, video and images 4.x's way (ROPE_OWNERS).
     PackedModel("qwen2_5_omni", "Qwen2_5OmniVisionAttention", "c6f09b9d03f9", "Qwen2_5OmniThinkerModel",
                 "54bb4440fb12", "packed_image_features", "d60c8a19a7a2", "qwen2_5_omni_rope_index"),
+    # Qwen3-Omni-MoE's thinker: Qwen3-VL's tower (attention and position-grid resampling), its deepstack features
+    # split in place; a float rope index of its own, Qwen2.5-Omni's positions for text and images.
+    PackedModel("qwen3_omni_moe", "Qwen3OmniMoeVisionAttention", "b918fa098915", "Qwen3OmniMoeThinkerModel",
+                "0f187107ed1f", "packed_deepstack_outputs_image_features", "1e71a2cc0e69", "qwen3_omni_rope_index"),
 )
 
 #: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
-ROPE_OWNERS = {"qwen2_5_omni": "Qwen2_5OmniPreTrainedModelForConditionalGeneration"}
+ROPE_OWNERS = {"qwen2_5_omni": "Qwen2_5OmniPreTrainedModelForConditionalGeneration",
+               "qwen3_omni_moe": "Qwen3OmniMoePreTrainedModelForConditionalGeneration"}
 
 #: Of PACKED_VISION_MODELS, the towers that run windows and positions per patch (spatial merge 1) and merge blocks
 #: of patches afterwards by a gather (pixel shuffle): (model, tower class). One source each (fingerprints in rows).
@@ -86,7 +91,7 @@ PACKED_VISION_REQUIRES = ("transformers>=5.13", "torch>=2.9")
 PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392",
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
-                            "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2"}
+                            "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3"}
 
 #: Of those, the models whose text model has no 3-axis rope index (positions by arange): no rope row.
 NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
@@ -97,7 +102,7 @@ WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer", "qwe
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
 INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass", "muse_spark",
-                        "muse_glimmer", "kimi_k25")
+                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -468,12 +473,13 @@ SUMMARIES = (
         "and checked). Its text model numbers positions with arange: no rope index row.",
     ),
     (
-        ('transformers.vision.qwen2_5_omni_*',),
-        "Qwen2.5-Omni's thinker (5.23): Qwen2.5-VL's tower with separate q/k/v projections and Qwen2-VL's feature "
-        "split: the same rows (positions, attention, windows, features); its rope index walks text, images, "
+        ('transformers.vision.qwen2_5_omni_*', 'transformers.vision.qwen3_omni_moe_*'),
+        "The Omni thinkers (5.23): Qwen2.5-Omni's is Qwen2.5-VL's tower with separate q/k/v projections and "
+        "Qwen2-VL's feature split, Qwen3-Omni-MoE's Qwen3-VL's tower (its deepstack features split in place; its "
+        "strict export needs the placeholder-message row): the same rows. Their rope indices walk text, images, "
         "video and audio 4.x's way in Python (`_rope_index`: for text and images, every token at once, an image's "
-        "frames `position_id_per_seconds` apart, the deltas over the kept tokens; prompts with audio or video keep "
-        "the original, which still stops the export).",
+        "frames `position_id_per_seconds` apart, the deltas over the kept tokens, Qwen3-Omni's in float with "
+        "dropped tokens at 0; prompts with audio or video keep the original, which still stops the export).",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),
