@@ -84,6 +84,21 @@ def test_reformer_axial_positions_fail_without_the_row_and_match_eager_with_it(m
                         beside=("all",), fails_with="Constraints violated"), make_agent)
 
 
+def test_reformer_strict_prefill_fails_without_the_chunk_length_row_and_matches_eager_with_it(make_agent):
+    """Reformer's default layers mix LSH and local attention: the least common multiple of their chunk lengths is
+    np.lcm's numpy integer, which Dynamo follows as an array and stops at the padding test; with the row (a Python
+    int) the strict program takes other batches and lengths, as eager."""
+    def build_case():
+        arch = tiny.architecture("reformer", "causal")
+        model = tiny.build(arch)
+        assert set(model.config.attn_layers) == {"lsh", "local"}  # the path the row serves
+        traced, other, third = (tiny.inputs(model, arch, "prefill", k) for k in range(3))
+        return model, traced, other, [other, third]
+
+    proving.prove(Proof("reformer/prefill-strict", build_case, rows=("transformers.positions.reformer_chunk_int",),
+                        beside=("all",), fails_with="Data-dependent branching", strict=True), make_agent)
+
+
 @pytest.mark.requires("transformers>=5.13")
 def test_ctrl_strict_decode_fails_without_the_row_and_matches_eager_with_it(make_agent):
     """5.x CTRL assigns its cast position table back to its buffer in forward, which Dynamo cannot follow: a

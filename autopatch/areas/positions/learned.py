@@ -8,6 +8,8 @@ inputs and torch has no difference of sizes to guard on.
 
 from __future__ import annotations
 
+from ...kit import calls_original
+
 
 def _keep_last(function, cut: str, new_tokens: str):
     from ...kit import substitute_expressions
@@ -36,3 +38,16 @@ def reformer_axial_gather(forward):
         "for i in range(batch_size)], dim=0)":
         "torch.gather(position_encodings, 1, position_ids.unsqueeze(-1).expand(-1, -1, position_encodings.shape[-1]))",
     })
+
+
+@calls_original
+def reformer_chunk_length_int(original, config):
+    """Reformer's ``_get_least_common_mult_chunk_len``: with both attention kinds it returns ``np.lcm(...)``, a
+    numpy integer. Its forward tests ``length % lcm != 0`` to decide on padding; Dynamo (``strict=True``) follows a
+    numpy integer as an array and stops at that test ("Data-dependent branching"), and cannot convert it either.
+    The same value by ``math.lcm``, a Python int; with one attention kind, the original (a config value)."""
+    import math
+
+    if set(config.attn_layers) == {"lsh", "local"}:
+        return math.lcm(config.lsh_attn_chunk_length, config.local_attn_chunk_length)
+    return original(config)

@@ -1,6 +1,7 @@
 """The rows of this area. Models with learned position embeddings (OPT, 4.x BioGPT) count each token's position from
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
-``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch; 5.x CTRL assigns
+``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch (and pads to a chunk
+length computed by numpy, which strict export cannot follow); 5.x CTRL assigns
 its cast sinusoidal table back to its buffer in forward.
 """
 
@@ -54,6 +55,19 @@ ROWS = (
         "from the source: one torch.gather along the positions, the same rows.",
     ),
     PatchSpec(
+        id="transformers.positions.reformer_chunk_int",
+        family="transformers",
+        trigger="transformers.models.reformer.modeling_reformer",
+        target="_get_least_common_mult_chunk_len",  # looked up in the module by ReformerModel.forward
+        mode="route",
+        replacement="autopatch.areas.positions.learned:reformer_chunk_length_int",
+        requires=("transformers>=4.56",),
+        fingerprints=("e9f304357694",),  # 4.57.6, 5.12.1, 5.23.0
+        reason="strict=True: Reformer pads its input to a whole number of chunks, testing the length against the "
+        "least common multiple of its chunk lengths, np.lcm's numpy integer: Dynamo follows it as an array and "
+        "stops there ('Data-dependent branching'). The same value as a Python int.",
+    ),
+    PatchSpec(
         id="transformers.positions.ctrl_table",
         family="transformers",
         trigger="transformers.models.ctrl.modeling_ctrl",
@@ -83,6 +97,11 @@ SUMMARIES = (
         ('transformers.positions.reformer_axial',),
         "Reformer's axial position embeddings picked each sample's positions in a Python loop over the batch, "
         "fixing it: one `torch.gather` of the same rows.",
+    ),
+    (
+        ('transformers.positions.reformer_chunk_int',),
+        "`strict=True` on Reformer with LSH and local layers: the padding test reads `np.lcm` of the chunk lengths, "
+        "a numpy integer Dynamo follows as an array ('Data-dependent branching'): the same value by `math.lcm`.",
     ),
     (
         ('transformers.positions.ctrl_table',),
