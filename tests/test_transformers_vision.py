@@ -318,6 +318,52 @@ def test_features_split_by_tolist_fail_without_their_row_and_match_eager_with_it
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_features", "Constraints violated"), make_agent)
 
 
+def _emu3_cropped(model, inputs, shrink):
+    """``inputs`` with image ``i`` cropped by ``shrink[i]`` (rows, columns) of VQ tokens, as an Emu3 processor
+    sizes a smaller image inside the padded pixel batch: its size in pixels, and its placeholders (rows x
+    (columns + 1), contiguous) cut to match, the rest of the row text."""
+    inputs = copy.deepcopy(inputs)
+    factor = model.model.vqmodel.vision_spatial_factor
+    for image, (rows, columns) in enumerate(shrink):
+        height, width = (int(v) // factor for v in inputs["image_sizes"][image])
+        inputs["image_sizes"][image] = torch.tensor([(height - rows) * factor, (width - columns) * factor])
+        places = (inputs["input_ids"][image] == model.config.image_token_id).nonzero().flatten()
+        inputs["input_ids"][image, places[(height - rows) * (width - columns + 1):]] = 5
+    return inputs
+
+
+@pytest.mark.requires("transformers>=5.13")  # the row's versions
+def test_emu3_image_tokens_fail_without_their_row_and_match_eager_with_it(make_agent):
+    """Emu3 crops each image's VQ codes to its own size in a loop of float sizes: the export stops without the
+    row; with it other batches match eager, and so do runs whose images are smaller than the pixel batch (cropped
+    rows and columns, fewer placeholders)."""
+    case = catalogue_case("emu3", "transformers.vision.emu3_image_tokens", DATA_DEPENDENT)
+
+    def build():
+        model, traced, other, runs = case.build()
+        cropped = [_emu3_cropped(model, runs[-1], [(1, 0), (0, 1), (1, 2)]),
+                   _emu3_cropped(model, runs[0], [(2, 3)])]
+        return model, traced, other, [*runs, *cropped]
+
+    proving.prove(dataclasses.replace(case, build=build), make_agent)
+
+
+@pytest.mark.requires("transformers>=5.13")
+def test_emu3_image_tokens_equal_upstream_on_cropped_images():
+    """The loop-free tokens' embeddings against upstream's per-image crops, image by image sizes differing."""
+    from autopatch.areas.vision.vlm import emu3_image_tokens_masked
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("emu3", "vlm")
+    model = tiny.build(arch)
+    inputs = _emu3_cropped(model, tiny.inputs(model, arch, "prefill", 2), [(0, 0), (1, 0), (0, 3), (2, 1)])
+    upstream = type(model.model).get_image_features
+    with torch.no_grad():
+        expected = upstream(model.model, inputs["pixel_values"], inputs["image_sizes"]).pooler_output
+        got = emu3_image_tokens_masked(upstream, model.model, inputs["pixel_values"], inputs["image_sizes"])
+    assert len(expected) == 4 and torch.equal(torch.cat(expected), torch.cat(got.pooler_output))
+
+
 @pytest.mark.requires("transformers>=5.12")  # the row's versions
 def test_ovis2_indicators_fail_without_their_row_and_match_eager_with_it(make_agent):
     """Ovis2 writes its visual indicator tokens' embeddings under a branch on the data: the export stops without

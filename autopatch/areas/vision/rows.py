@@ -395,6 +395,20 @@ ROWS = (
         "from the source: one element holding every sample's features, which concatenates to the same tensor.",
     ),
     PatchSpec(
+        id="transformers.vision.emu3_image_tokens",
+        family="transformers",
+        trigger="transformers.models.emu3.modeling_emu3",
+        target="Emu3Model.get_image_features",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:emu3_image_tokens_masked",
+        requires=("transformers>=5.13",),
+        fingerprints=("45381afe21f4",),  # 5.23.0 (4.57's exports without it)
+        reason="Emu3Model.get_image_features crops each image's VQ codes to int(size / factor) rows and columns in "
+        "a loop over the images: a float per image stops the export ('data-dependent expression zuf0'). The same "
+        "BPE tokens and end-of-line columns for every image at once, selected by a mask of each image's kept "
+        "rows and columns.",
+    ),
+    PatchSpec(
         id="transformers.vision.ovis2_indicators",
         family="transformers",
         trigger="transformers.models.ovis2.modeling_ovis2",
@@ -552,6 +566,12 @@ SUMMARIES = (
         "gather merges every block, the features stay one tensor; 4.x Mistral 3's placeholder check is "
         "Llava's. The program refuses a batch of one single-patch image (transformers' attention tests "
         "`patches > 1` before its mask).",
+    ),
+    (
+        ('transformers.vision.emu3_image_tokens',),
+        "Emu3 (5.13+) cropped each image's VQ codes to its own size (`int(size / factor)`, a float per image) in "
+        "a loop over the images, which stopped the export: one mask of each image's kept rows and columns, the "
+        "end-of-line column always, selects the same tokens in the same order for all images at once.",
     ),
     (
         ('transformers.vision.ovis2_indicators',),

@@ -521,3 +521,35 @@ def merged_features_one_element_4x(get_image_features):
 def lighton_features_one_element(get_image_features):
     """The same for LightOnOCR's (5.x), which splits the projected features without a leading batch dim."""
     return _merged_features_one_element(get_image_features, "lighton_ocr")
+
+
+@kit.calls_original
+def emu3_image_tokens_masked(original, self, pixel_values, image_sizes, **kwargs):
+    """``Emu3Model.get_image_features`` (5.23) for images (video, 5-d pixels, keeps the original): the VQ codes of
+    each image are cropped to its own size, ``int(size / factor)`` rows and columns, in a loop over the images
+    (a float per image: the export stops on it), and each kept row ends with an end-of-line token. The same
+    tokens for all images at once: the codes mapped to BPE ids with an end-of-line column, and a mask of each
+    image's kept rows and columns (the end-of-line column always) selects them in the same order. Returns the
+    encoder's output and the features as one element (forward concatenates them); ``image_tokens``, the per-image
+    crops, is not built (None)."""
+    if pixel_values.ndim != 4:
+        return original(self, pixel_values, image_sizes, **kwargs)
+    vq = self.vqmodel
+    frames = pixel_values.unsqueeze(1).repeat(1, vq.config.temporal_downsample_factor, 1, 1, 1)
+    hidden_states = vq.encoder(frames.to(vq.dtype))
+    quantized = vq.quant_conv(hidden_states.permute(0, 2, 1, 3, 4)).permute(0, 2, 1, 3, 4)
+    codes = vq.quantize(quantized).squeeze(1)  # [images, rows, columns]
+    images, rows, columns = codes.shape
+    mapping = self.vocabulary_mapping
+    bpe = mapping.img2bpe_mapping_tensor.to(codes.device)[codes]
+    end_of_line = torch.full((images, rows, 1), mapping.eol_token_id, dtype=bpe.dtype, device=bpe.device)
+    bpe = torch.cat([bpe, end_of_line], dim=-1)
+    # int(size / factor) of a positive size is its floor division.
+    kept_rows = (image_sizes[:, 0] // vq.vision_spatial_factor).to(bpe.device)[:, None, None]
+    kept_columns = (image_sizes[:, 1] // vq.vision_spatial_factor).to(bpe.device)[:, None, None]
+    row = torch.arange(rows, device=bpe.device)[None, :, None]
+    column = torch.arange(columns + 1, device=bpe.device)[None, None, :]
+    kept = (row < kept_rows) & ((column < kept_columns) | (column == columns))
+    features = self.get_input_embeddings()(bpe[kept])
+    output = sys.modules[type(self).__module__].Emu3VQVAEModelOutput
+    return output(last_hidden_state=hidden_states, pooler_output=(features,))
