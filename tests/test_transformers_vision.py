@@ -364,6 +364,61 @@ def test_emu3_image_tokens_equal_upstream_on_cropped_images():
     assert len(expected) == 4 and torch.equal(torch.cat(expected), torch.cat(got.pooler_output))
 
 
+def _naflex_grids(model, inputs, grids):
+    """``inputs`` with image ``i`` given the patch grid ``grids[i]`` (rows, columns: even, at most the padded
+    length) inside the padded patch batch, as SigLIP 2's processor lays out a smaller or oblong image: its
+    spatial shape, a pixel mask of its first rows x columns patches, and its placeholders cut to the merged
+    tokens (contiguous), the rest of the row text."""
+    inputs = copy.deepcopy(inputs)
+    factor = model.config.downsample_factor
+    for image, (rows, columns) in enumerate(grids):
+        inputs["spatial_shapes"][image] = torch.tensor([rows, columns])
+        inputs["pixel_attention_mask"][image] = torch.arange(inputs["pixel_attention_mask"].shape[1]) < rows * columns
+        places = (inputs["input_ids"][image] == model.config.image_token_id).nonzero().flatten()
+        inputs["input_ids"][image, places[rows * columns // factor**2:]] = 5
+    return inputs
+
+
+LFM2_VL_ROWS = ("transformers.vision.siglip2_positions", "transformers.vision.lfm2_vl_features")
+
+
+@pytest.mark.requires("transformers>=5.13")  # the rows' versions
+@pytest.mark.parametrize("row", LFM2_VL_ROWS)
+def test_lfm2_vl_fails_without_each_row_and_matches_eager_with_them(make_agent, row):
+    """LFM2-VL loops over its images twice (SigLIP 2's position resampling, its own block folding): without
+    either row the image count is fixed (the export says so, or, without the folding row, the program refuses
+    other batches: 'Guard failed'); with both, other batches match eager, and so do images with other grids
+    inside the padded patch batch (2 x 4, 4 x 2, 2 x 2 of the traced 4 x 4)."""
+    case = dataclasses.replace(catalogue_case("lfm2_vl", row, "Constraints violated|Guard failed"),
+                               fails_at_run=True)
+
+    def build():
+        model, traced, other, runs = case.build()
+        oblong = [_naflex_grids(model, runs[-1], [(2, 4), (4, 2), (2, 2)]), _naflex_grids(model, runs[0], [(2, 2)])]
+        return model, traced, other, [*runs, *oblong]
+
+    proving.prove(dataclasses.replace(case, build=build, beside=("all",)), make_agent)
+
+
+@pytest.mark.requires("transformers>=5.13")
+def test_siglip2_positions_equal_upstream_over_random_grids():
+    """The loop-free resampling against SigLIP 2's own over random grids (shrunk, enlarged, oblong, one row or
+    one column) and padded lengths, for grids of 16 (the tiny tower's) and 5 positions a side."""
+    from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+
+    from autopatch.areas.vision.naflex import siglip2_positions_resampled
+
+    upstream = Siglip2VisionEmbeddings.resize_positional_embeddings
+    g = torch.Generator().manual_seed(0)
+    for side in (16, 5):
+        table = torch.randn(side, side, 12, generator=g)
+        for _ in range(40):
+            shapes = torch.randint(1, 33, (int(torch.randint(1, 5, (1,), generator=g)), 2), generator=g)
+            length = int((shapes[:, 0] * shapes[:, 1]).max()) + int(torch.randint(0, 5, (1,), generator=g))
+            torch.testing.assert_close(siglip2_positions_resampled(upstream, table, shapes, length),
+                                       upstream(table, shapes, length), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.requires("transformers>=5.12")  # the row's versions
 def test_ovis2_indicators_fail_without_their_row_and_match_eager_with_it(make_agent):
     """Ovis2 writes its visual indicator tokens' embeddings under a branch on the data: the export stops without

@@ -409,6 +409,35 @@ ROWS = (
         "rows and columns.",
     ),
     PatchSpec(
+        id="transformers.vision.siglip2_positions",
+        family="transformers",
+        trigger="transformers.models.siglip2.modeling_siglip2",
+        target="Siglip2VisionEmbeddings.resize_positional_embeddings",
+        mode="route",
+        replacement="autopatch.areas.vision.naflex:siglip2_positions_resampled",
+        requires=("transformers>=5.13",),
+        fingerprints=("7e95299805a5",),  # 5.12.1 and 5.23.0; proven with LFM2-VL on 5.23
+        reason="SigLIP 2's variable-resolution tower resamples its learned position grid to each image's patch grid "
+        "in a loop over the images (F.interpolate, antialiased, at sizes read with .tolist()), which fixes the "
+        "number of images. The same resampling for every patch at once: separable antialias weights computed "
+        "from the sizes as data, one weighted sum per patch (eager's one-column quirk kept).",
+    ),
+    PatchSpec(
+        id="transformers.vision.lfm2_vl_features",
+        family="transformers",
+        trigger="transformers.models.lfm2_vl.modeling_lfm2_vl",
+        target="Lfm2VlModel.get_image_features",
+        mode="route",
+        replacement="autopatch.areas.vision.naflex:lfm2_vl_features_gathered",
+        requires=("transformers>=5.13",),
+        fingerprints=("4a769bbdc118",),  # 5.23.0
+        needs=("transformers.vision.siglip2_positions",),
+        reason="Lfm2VlModel.get_image_features cuts each image's patches out of the padding and folds its "
+        "factor x factor blocks into channels (the projector's pixel unshuffle) image by image. Each merged token "
+        "gathers its block's patches instead, in the unshuffle's channel order; the projector then acts token by "
+        "token, as upstream.",
+    ),
+    PatchSpec(
         id="transformers.vision.ovis2_indicators",
         family="transformers",
         trigger="transformers.models.ovis2.modeling_ovis2",
@@ -572,6 +601,14 @@ SUMMARIES = (
         "Emu3 (5.13+) cropped each image's VQ codes to its own size (`int(size / factor)`, a float per image) in "
         "a loop over the images, which stopped the export: one mask of each image's kept rows and columns, the "
         "end-of-line column always, selects the same tokens in the same order for all images at once.",
+    ),
+    (
+        ('transformers.vision.siglip2_positions', 'transformers.vision.lfm2_vl_features'),
+        "LFM2-VL (5.13+) on SigLIP 2's variable-resolution tower: the tower resampled its position grid to each "
+        "image's patch grid (antialiased `F.interpolate` at sizes read from the data) and the model folded each "
+        "image's `2 x 2` patch blocks into channels, both in loops over the images that fixed their number. "
+        "Every patch computes its separable antialias weights from the sizes (eager's one-column quirk kept) and "
+        "every merged token gathers its block, for all images at once.",
     ),
     (
         ('transformers.vision.ovis2_indicators',),
