@@ -39,8 +39,9 @@ def siglip2_positions_resampled(original, positional_embeddings, spatial_shapes,
     ``p`` of image ``i`` is row ``p // columns``, column ``p % columns`` of its grid, and takes the antialiased
     bilinear resampling of the learned grid there (one weighted sum per patch, separable weights); the padding
     patches take the first one's, as upstream. The sizes stay data: the program takes any image count and grids.
-    Half-precision embeddings keep the original (upstream resamples them in float32 on CPU only)."""
-    if positional_embeddings.dtype != torch.float32:
+    Only float32 on the CPU, where its kernel was measured (its one-column quirk below); other dtypes and devices
+    keep the original, whose export stops loudly."""
+    if positional_embeddings.dtype != torch.float32 or positional_embeddings.device.type != "cpu":
         return original(positional_embeddings, spatial_shapes, max_length)
     side_rows, side_columns, dim = positional_embeddings.shape
     rows = spatial_shapes[:, 0].to(positional_embeddings.device)[:, None]

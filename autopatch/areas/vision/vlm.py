@@ -531,7 +531,7 @@ def emu3_image_tokens_masked(original, self, pixel_values, image_sizes, **kwargs
     tokens for all images at once: the codes mapped to BPE ids with an end-of-line column, and a mask of each
     image's kept rows and columns (the end-of-line column always) selects them in the same order. Returns the
     encoder's output and the features as one element (forward concatenates them); ``image_tokens``, the per-image
-    crops, is not built (None)."""
+    crops, is not built (None), nor are the VQ encoder's recorded outputs (forward asks for none)."""
     if pixel_values.ndim != 4:
         return original(self, pixel_values, image_sizes, **kwargs)
     vq = self.vqmodel
