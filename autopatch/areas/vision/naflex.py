@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...kit import calls_original
+from ..packed_vision.packed import _locate
 
 
 def _antialias_weights(out_size, in_size: int, index):
@@ -79,13 +80,7 @@ def lfm2_vl_features_gathered(self, pixel_values, spatial_shapes, pixel_attentio
                             lambda: "autopatch: an image grid that the projector cannot fold (upstream's reshape "
                                     "fails too)")
     block_columns = columns // factor
-    blocks = (rows // factor) * block_columns
-    ends = blocks.cumsum(0)
-    total = ends[-1].item()
-    torch._check(total >= 0)
-    token = torch.arange(total, device=device)
-    image = torch.searchsorted(ends, token, right=True)
-    local = token - (ends - blocks)[image]
+    image, local = _locate((rows // factor) * block_columns)  # each merged token's image and place in it
     block_row, block_column = local // block_columns[image], local % block_columns[image]
     step = torch.arange(factor, device=device)
     source = ((block_row[:, None, None] * factor + step[None, :, None]) * columns[image][:, None, None]
