@@ -455,14 +455,12 @@ def _round7_floor(value):
     return torch.floor(torch.round(value * 1e7) / 1e7).to(torch.int64)
 
 
-def anyres_pack(features, image_sizes, counts, config, newline):
-    """LLaVA-NeXT's ``pack_image_features`` over all images at once. ``features``: ``[tiles, tokens, dim]`` of
-    every image's tiles in order (thumbnail first), ``counts``: tiles per image. Per image, the thumbnail's tokens,
-    then the tiles' tokens laid out on the pinpoint's grid with the resize padding cut away (``unpad_image``),
-    a ``newline`` after each row; all images concatenated. Returns ``([features], lengths)``: one list element,
-    which the caller concatenates to the same tensor."""
+def _anyres_grid(features, image_sizes, counts, config):
+    """What LLaVA-NeXT's and LLaVA-OneVision's packings share, per image: the chosen pinpoint's grid of tokens
+    with the resize padding cut away (``unpad_image``): ``(rows, cols, token)``, the kept rows and columns, and
+    ``token(y, x)``: the index, in ``features`` flattened to ``[tiles * tokens, dim]``, of the token at row ``y``,
+    column ``x`` of each image's kept grid (``y``, ``x`` broadcast against ``[images, 1, 1]``)."""
     torch = _torch()
-    device = features.device
     side = config.vision_config.image_size // config.vision_config.patch_size  # tokens per tile side
     tile = config.vision_config.image_size
     torch._check(features.shape[1] == side * side, lambda: "anyres packing needs side*side tokens per tile "
@@ -480,23 +478,52 @@ def anyres_pack(features, image_sizes, counts, config, newline):
     new_width = _round7_floor(original_width * (height.to(torch.float64) / original_height))
     row_pad = torch.where(wider, torch.div(height - new_height, 2, rounding_mode="floor"), 0)
     col_pad = torch.where(wider, 0, torch.div(width - new_width, 2, rounding_mode="floor"))
+    per_image = (lambda t: t[:, None, None])
 
-    # one canvas per image, the largest grid any pinpoint gives, one more column for the newline
+    def token(y, x):
+        y, x = y + per_image(row_pad), x + per_image(col_pad)
+        tile_of = per_image(first) + 1 + (y // side) * per_image(cols_of_tiles) + x // side
+        return tile_of * side * side + (y % side) * side + x % side
+
+    return height - 2 * row_pad, width - 2 * col_pad, token
+
+
+def _anyres_canvas(config):
+    """Row and column numbers ``[1, H, 1]``, ``[1, 1, W + 1]`` of a canvas as large as any pinpoint's grid of
+    tokens, one more column for the newline (the last)."""
+    torch = _torch()
+    side = config.vision_config.image_size // config.vision_config.patch_size
+    tile = config.vision_config.image_size
     max_height = max(h // tile for h, _ in config.image_grid_pinpoints) * side
     max_width = max(w // tile for _, w in config.image_grid_pinpoints) * side
-    y = torch.arange(max_height, device=device)[None, :, None]
-    x = torch.arange(max_width + 1, device=device)[None, None, :]
-    per_image = (lambda t: t[:, None, None])
-    row_kept = (y >= per_image(row_pad)) & (y < per_image(height - row_pad))
-    in_grid = (x < per_image(width)) & (x >= per_image(col_pad)) & (x < per_image(width - col_pad))
-    tile_of = per_image(first) + 1 + (y // side) * per_image(cols_of_tiles) + torch.clamp(x, max=max_width - 1) // side
-    token = tile_of * side * side + (y % side) * side + torch.clamp(x, max=max_width - 1) % side
-    newline_index = features.shape[0] * side * side
-    has_newline = newline is not None
-    grid_valid = row_kept & (in_grid | ((x == max_width) & has_newline))
-    grid_source = torch.where(x == max_width, newline_index, token)
+    return torch.arange(max_height)[None, :, None], torch.arange(max_width + 1)[None, None, :], max_width
 
-    thumbnail = first[:, None] * side * side + torch.arange(side * side, device=device)[None, :]
+
+def _thumbnails(counts, side, device):
+    """Each image's thumbnail tokens (its first tile's), ``[images, side * side]`` indices."""
+    torch = _torch()
+    first = torch.cumsum(counts, 0) - counts
+    return first[:, None] * side * side + torch.arange(side * side, device=device)[None, :]
+
+
+def anyres_pack(features, image_sizes, counts, config, newline):
+    """LLaVA-NeXT's ``pack_image_features`` over all images at once. ``features``: ``[tiles, tokens, dim]`` of
+    every image's tiles in order (thumbnail first), ``counts``: tiles per image. Per image, the thumbnail's tokens,
+    then the tiles' tokens laid out on the pinpoint's grid with the resize padding cut away (``unpad_image``),
+    a ``newline`` after each row; all images concatenated. Returns ``([features], lengths)``: one list element,
+    which the caller concatenates to the same tensor."""
+    torch = _torch()
+    side = config.vision_config.image_size // config.vision_config.patch_size
+    rows, cols, token = _anyres_grid(features, image_sizes, counts, config)
+    y, x, max_width = _anyres_canvas(config)
+    y, x = y.to(features.device), x.to(features.device)
+    per_image = (lambda t: t[:, None, None])
+    has_newline = newline is not None
+    grid_valid = (y < per_image(rows)) & ((x < per_image(cols)) | ((x == max_width) & has_newline))
+    newline_index = features.shape[0] * side * side
+    grid_source = torch.where(x == max_width, newline_index, token(y, torch.clamp(x, max=max_width - 1)))
+
+    thumbnail = _thumbnails(counts, side, features.device)
     valid = torch.cat([torch.ones_like(thumbnail, dtype=torch.bool), grid_valid.flatten(1)], dim=1)
     source = torch.cat([thumbnail, grid_source.flatten(1)], dim=1)
     table = features.reshape(-1, features.shape[-1])
@@ -504,6 +531,116 @@ def anyres_pack(features, image_sizes, counts, config, newline):
         table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
     packed = table[source[valid]]
     return [packed], valid.sum(dim=1)
+
+
+# --- LLaVA-OneVision's images: LLaVA-NeXT's tiles, large grids resampled -----------------------------------------
+# OneVision packs as LLaVA-NeXT does, then shrinks an image's kept grid bilinearly when it holds more than about
+# ``anyres_max_N`` tiles' worth of tokens (``ratio > 1.1``), to a size computed from the data; and an image of a
+# multi-image sample (``batch_num_images``) is not tiled at all: its thumbnail and one newline. The helpers compute
+# the resampling as F.interpolate's bilinear taps and weights (align_corners=False, no antialias) over all images.
+
+
+def onevision_alone(image_sizes, batch_num_images):
+    """``need_patching`` as a tensor: which images are their sample's only one (None: every image, as upstream
+    assumes without ``batch_num_images``)."""
+    torch = _torch()
+    if batch_num_images is None:
+        return None
+    counts = batch_num_images.reshape(-1)
+    torch._check_tensor_all(counts.sum() == image_sizes.shape[0],
+                            lambda: "batch_num_images must add up to the number of images")
+    return torch.repeat_interleave(counts == 1, counts, output_size=image_sizes.shape[0])
+
+
+def onevision_tile_counts(image_sizes, pinpoints, tile: int, alone):
+    """``image_num_patches``: the anyres tile counts, one tile (the thumbnail) for an image not tiled."""
+    counts = anyres_tile_counts(image_sizes, pinpoints, tile)
+    return counts if alone is None else _torch().where(alone, counts, 1)
+
+
+def _linear_taps(out_index, in_size, out_size):
+    """F.interpolate's bilinear source taps along one axis (align_corners=False, sizes given): for each output
+    index, the two input indices and their weights, an axis of unchanged size exactly the identity (the kernel
+    special-cases it). In float32 as torch's CPU kernel computes them for float32 input; its build fuses
+    ``scale * (i + 0.5) - 0.5`` into one multiply-add (measured: the weights then equal the kernel's bit for bit;
+    the product of two float32 values is exact in float64, so one rounding to float32 is that multiply-add's). A
+    kernel that rounds twice differs in the last bits of a weight, never in a tap by more than that."""
+    torch = _torch()
+    scale = in_size.to(torch.float32) / torch.clamp(out_size, min=1).to(torch.float32)
+    real = scale.to(torch.float64) * (out_index.to(torch.float64) + 0.5) - 0.5
+    real = torch.clamp(real.to(torch.float32), min=0)
+    first = torch.minimum(torch.floor(real).to(torch.int64), in_size - 1)
+    weight1 = torch.clamp(real - first.to(torch.float32), 0, 1)
+    second = first + (first < in_size - 1).to(torch.int64)
+    same = out_size == in_size
+    first, second = torch.where(same, out_index, first), torch.where(same, out_index, second)
+    weight1 = torch.where(same, 0.0, weight1)
+    return first, second, 1 - weight1, weight1
+
+
+def onevision_pack(features, image_sizes, counts, config, newline, vision_aspect_ratio):
+    """LLaVA-OneVision's ``pack_image_features`` over all images at once (see ``anyres_pack``): the kept grid of
+    an image whose ``ratio = sqrt(rows * cols / (N * side**2))`` exceeds 1.1 (``N`` from ``anyres_max_N``)
+    resampled bilinearly to ``(rows // ratio, cols // ratio)``, in float64 as Python computes them; an image of
+    one tile keeps its thumbnail and one newline. Returns ``([features], lengths)``."""
+    torch = _torch()
+    device = features.device
+    side = config.vision_config.image_size // config.vision_config.patch_size
+    rows, cols, token = _anyres_grid(features, image_sizes, counts, config)
+    max_tiles = int(vision_aspect_ratio.strip("anyres_max_"))  # upstream's parse ("anyres_max_9" -> 9)
+    ratio = torch.sqrt((rows * cols).to(torch.float64) / (max_tiles * side ** 2))
+    shrink = ratio > 1.1
+
+    def shrunk(size):
+        return torch.where(shrink, torch.div(size.to(torch.float64), ratio, rounding_mode="floor").to(torch.int64),
+                           size)
+
+    out_rows, out_cols = shrunk(rows), shrunk(cols)
+    tiled = counts > 1
+    y, x, max_width = _anyres_canvas(config)
+    y, x = y.to(device), x.to(device)
+    per_image = (lambda t: t[:, None, None])
+    has_newline = newline is not None
+    in_grid = per_image(tiled) & (y < per_image(out_rows)) & (x < per_image(out_cols))
+    at_newline = per_image(tiled) & (y < per_image(out_rows)) & (x == max_width) & has_newline
+    y0, y1, wy0, wy1 = _linear_taps(y, per_image(rows), per_image(out_rows))
+    x_in = torch.clamp(x, max=max_width - 1)
+    x0, x1, wx0, wx1 = _linear_taps(x_in, per_image(cols), per_image(out_cols))
+    newline_index = features.shape[0] * side * side
+    shape = in_grid.shape
+
+    def corner(yy, xx):
+        return torch.where(at_newline, newline_index, token(yy, xx)).expand(shape)
+
+    # the four taps of every canvas cell, [images, H, W + 1, 4], and their weights (a newline: all on one); cells
+    # outside an image's grid are dropped before anything is read
+    taps = torch.stack([corner(y0, x0), corner(y0, x1), corner(y1, x0), corner(y1, x1)], dim=-1)
+    one, zero = torch.ones((), device=device), torch.zeros((), device=device)
+    wy0, wy1 = torch.where(at_newline, one, wy0), torch.where(at_newline, zero, wy1)
+    wx0, wx1 = torch.where(at_newline, one, wx0), torch.where(at_newline, zero, wx1)
+    weights = torch.stack([w.expand(shape).to(torch.float32) for w in (wy0, wy1, wx0, wx1)], dim=-1)
+
+    thumbnail = _thumbnails(counts, side, device)
+    lone_newline = (~tiled & has_newline)[:, None]  # an image of one tile: its thumbnail, then one newline
+    head = torch.cat([thumbnail, torch.full_like(thumbnail[:, :1], newline_index)], dim=1)
+    head_valid = torch.cat([torch.ones_like(thumbnail, dtype=torch.bool), lone_newline], dim=1)
+    head_taps = head[..., None].expand(*head.shape, 4)
+    head_weights = torch.tensor([1.0, 0.0, 1.0, 0.0], device=device).expand(*head.shape, 4)
+    valid = torch.cat([head_valid, (in_grid | at_newline).flatten(1)], dim=1)
+    taps = torch.cat([head_taps, taps.flatten(1, 2)], dim=1)[valid]
+    weights = torch.cat([head_weights, weights.flatten(1, 2)], dim=1)[valid]
+
+    table = features.reshape(-1, features.shape[-1])
+    if has_newline:
+        table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
+    value = table[taps].to(torch.float32)  # [tokens, 4, dim], in float32 as the kernel computes
+    w = weights[..., None]
+    # The kernel's order of operations depends on its vectorized path (the CPU it dispatches to, the sizes):
+    # resampled tokens agree with it to float32 rounding, not bit for bit. A token not resampled (every image
+    # at most anyres_max_N tiles' worth, thumbnails, newlines) has weights 1 and 0: exactly its feature.
+    packed = (w[:, 0] * (w[:, 2] * value[:, 0] + w[:, 3] * value[:, 1])
+              + w[:, 1] * (w[:, 2] * value[:, 2] + w[:, 3] * value[:, 3]))
+    return [packed.to(features.dtype)], valid.sum(dim=1)
 
 
 # --- Pixtral's images of any size (Mistral 3, LightOnOCR, Mistral Large 4) ---------------------------------------

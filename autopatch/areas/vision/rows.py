@@ -68,7 +68,7 @@ IDEFICS_4X = (
 
 #: LLaVA-NeXT-family VLMs whose get_image_features tiles images by LLaVA-NeXT's "anyres" code: (model, owner class,
 #: fingerprints of get_image_features on 4.57.6, 5.12.1 and 5.23.0, its rewriter). LLaVA-OneVision packs
-#: differently (it also resamples a large image down, bilinearly, to a size read from the data): not listed.
+#: differently (it also resamples a large image down, bilinearly, to a size read from the data): its own row.
 AnyresModel = table_row("AnyresModel", ("model", "owner", "fingerprints", "rewriter"))
 ANYRES_MODELS = (
     AnyresModel("llava_next", "LlavaNextModel", ("0a12c1ac989b", "6e3766ca7e9c", "372d091f7943"),
@@ -310,6 +310,33 @@ ROWS = (
         fingerprints=("9747035a4f6b",),
         needs=("transformers.vision.llava_next_video_anyres",),
         reason="The same check in LlavaNextVideoModel.get_placeholder_mask (4.x), for images and for videos.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_onevision_anyres",
+        family="transformers",
+        trigger="transformers.models.llava_onevision.modeling_llava_onevision",
+        target="LlavaOnevisionModel.get_image_features",
+        mode="rewrite",
+        replacement="autopatch.areas.vision.vlm:onevision_image_features",
+        requires=("transformers>=4.56",),
+        fingerprints=("dca10acfd347", "2f99a87ba37e", "c7fcbf4e4274"),
+        reason="LlavaOnevisionModel.get_image_features tiles as LLaVA-NeXT (tile grids from image_sizes.tolist(), "
+        "tiles kept, split and unpadded image by image), then resamples each image whose grid holds more than "
+        "anyres_max_N tiles' tokens (ratio > 1.1) bilinearly to a size computed from it: the export stops on "
+        "'IntTrueDiv'. Rewritten from the source: the same grids, tiles, packing and resampling (F.interpolate's "
+        "bilinear taps and weights) for all images at once, from the sizes as data.",
+    ),
+    PatchSpec(
+        id="transformers.vision.llava_onevision_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.llava_onevision.modeling_llava_onevision",
+        target="LlavaOnevisionModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_next_video_placeholder_masks",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("9747035a4f6b",),  # LLaVA-NeXT-Video's source
+        needs=("transformers.vision.llava_onevision_anyres",),
+        reason="The same check in LlavaOnevisionModel.get_placeholder_mask (4.x), for images and for videos.",
     ),
     PatchSpec(
         id="transformers.vision.pixtral_patches",
@@ -583,6 +610,12 @@ SUMMARIES = (
         "IntTrueDiv(112, u1)`. Rewritten from the source: the same grid choice (in float64, as Python), "
         "tiles and packing for all images at once, from the sizes as data. On 4.x their placeholder checks "
         "become runtime assertions too, as Llava's.",
+    ),
+    (
+        ('transformers.vision.llava_onevision_anyres', 'transformers.vision.llava_onevision_placeholder_mask'),
+        "LLaVA-OneVision tiles as LLaVA-NeXT, then shrinks a large image's grid bilinearly to a size read "
+        "from the data (`ratio > 1.1`): the same tiling and packing, and F.interpolate's taps and weights "
+        "for every image at once; on 4.x its placeholder check as LLaVA-NeXT-Video's.",
     ),
     (
         ('transformers.vision.pixtral_patches', 'transformers.vision.pixtral_patches_flat_positions',

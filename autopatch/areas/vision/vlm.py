@@ -412,6 +412,40 @@ def anyres_image_features_video(get_image_features):
         "image_newline=self.image_newline)"): _ANYRES_PACK})
 
 
+#: LLaVA-OneVision's get_image_features (4.57 and 5.x): LLaVA-NeXT's tiling, besides which images are tiled at all
+#: (``batch_num_images``, iterated in Python) and its own packing (``runtime.onevision_pack``).
+_ONEVISION_SUBSTITUTIONS = {
+    "if batch_num_images is None:\n"
+    "    need_patching = [True] * len(image_sizes)\n"
+    "else:\n"
+    "    need_patching = [n == 1 for n in batch_num_images for _ in range(n)]":
+        "need_patching = __autopatch_rt.onevision_alone(image_sizes, batch_num_images)",
+    "image_num_patches = [image_size_to_num_patches(image_size=imsize, grid_pinpoints="
+    "self.config.image_grid_pinpoints, patch_size=self.config.vision_config.image_size) if should_patch else 1 "
+    "for imsize, should_patch in zip(image_sizes, need_patching)]":
+        "image_num_patches = __autopatch_rt.onevision_tile_counts(image_sizes, self.config.image_grid_pinpoints, "
+        "self.config.vision_config.image_size, need_patching)",
+    "[pix_val[:num_patch] for pix_val, num_patch in zip(pixel_values, image_num_patches)]":
+        "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
+    "torch.split(image_features, image_num_patches, dim=0)": "image_features",
+    "self.pack_image_features(image_features, image_sizes, image_newline=self.image_newline, "
+    "vision_aspect_ratio=vision_aspect_ratio)":
+        "__autopatch_rt.onevision_pack(image_features, image_sizes, image_num_patches, self.config, "
+        "self.image_newline, vision_aspect_ratio)",
+}
+
+
+def onevision_image_features(get_image_features):
+    """A rewriter for LLaVA-OneVision's ``get_image_features``: LLaVA-NeXT's per-image tile choice and packing
+    (see ``anyres_image_features``), plus a bilinear resampling of each large image's grid to a size read from the
+    data and, with ``batch_num_images``, untiled images for multi-image samples. Rewritten from the source: the
+    same tiles, packing and resampling (F.interpolate's bilinear taps and weights) for all images at once; the
+    features come back as one list element, which the caller concatenates to the same tensor."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, _ONEVISION_SUBSTITUTIONS)
+
+
 def merged_patches(image_features, image_sizes, patch_size, merge):
     """Mistral 3's patch merger before its linear layer, for all images at once: each image's patch grid
     (``height // patch_size`` by ``width // patch_size``) cut into ``merge`` x ``merge`` blocks (a partial block at
