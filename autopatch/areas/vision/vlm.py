@@ -376,14 +376,17 @@ def smolvlm_merger_check(inputs_merger):
 
 #: LLaVA-NeXT's get_image_features (4.57 and 5.x; LLaVA-NeXT-Video's too): what fixes the images' sizes and count
 #: to the traced ones, and the loop-free computation each becomes (``autopatch.rewrite.runtime``'s anyres helpers).
+_ANYRES_TILES = {
+    "[pix_val[:num_patch] for pix_val, num_patch in zip(pixel_values, image_num_patches)]":
+        "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
+    "torch.split(image_features, image_num_patches, dim=0)": "image_features",
+}
 _ANYRES_SUBSTITUTIONS = {
     "image_num_patches = [image_size_to_num_patches(image_size=imsize, grid_pinpoints="
     "self.config.image_grid_pinpoints, patch_size=self.config.vision_config.image_size) for imsize in image_sizes]":
         "image_num_patches = __autopatch_rt.anyres_tile_counts(image_sizes, self.config.image_grid_pinpoints, "
         "self.config.vision_config.image_size)",
-    "[pix_val[:num_patch] for pix_val, num_patch in zip(pixel_values, image_num_patches)]":
-        "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
-    "torch.split(image_features, image_num_patches, dim=0)": "image_features",
+    **_ANYRES_TILES,
 }
 _ANYRES_PACK = ("__autopatch_rt.anyres_pack(image_features, image_sizes, image_num_patches, self.config, "
                 "self.image_newline)")
@@ -412,8 +415,8 @@ def anyres_image_features_video(get_image_features):
         "image_newline=self.image_newline)"): _ANYRES_PACK})
 
 
-#: LLaVA-OneVision's get_image_features (4.57 and 5.x): LLaVA-NeXT's tiling, besides which images are tiled at all
-#: (``batch_num_images``, iterated in Python) and its own packing (``runtime.onevision_pack``).
+#: LLaVA-OneVision's get_image_features (4.57 and 5.x): LLaVA-NeXT's tiles (``_ANYRES_TILES``), besides which images
+#: are tiled at all (``batch_num_images``, iterated in Python) and its own packing (``runtime.onevision_pack``).
 _ONEVISION_SUBSTITUTIONS = {
     "if batch_num_images is None:\n"
     "    need_patching = [True] * len(image_sizes)\n"
@@ -425,9 +428,7 @@ _ONEVISION_SUBSTITUTIONS = {
     "for imsize, should_patch in zip(image_sizes, need_patching)]":
         "image_num_patches = __autopatch_rt.onevision_tile_counts(image_sizes, self.config.image_grid_pinpoints, "
         "self.config.vision_config.image_size, need_patching)",
-    "[pix_val[:num_patch] for pix_val, num_patch in zip(pixel_values, image_num_patches)]":
-        "[__autopatch_rt.anyres_tiles(pixel_values, image_num_patches)]",
-    "torch.split(image_features, image_num_patches, dim=0)": "image_features",
+    **_ANYRES_TILES,
     "self.pack_image_features(image_features, image_sizes, image_newline=self.image_newline, "
     "vision_aspect_ratio=vision_aspect_ratio)":
         "__autopatch_rt.onevision_pack(image_features, image_sizes, image_num_patches, self.config, "
