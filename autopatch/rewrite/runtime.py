@@ -506,6 +506,15 @@ def _thumbnails(counts, side, device):
     return first[:, None] * side * side + torch.arange(side * side, device=device)[None, :]
 
 
+def _token_table(features, newline):
+    """Every tile's tokens, ``[tiles * tokens, dim]``, then the ``newline`` embedding (if any) as the last row:
+    what the packings index (``newline_index`` is ``tiles * tokens``)."""
+    table = features.reshape(-1, features.shape[-1])
+    if newline is None:
+        return table
+    return _torch().cat([table, newline[None].to(table.device, table.dtype)], dim=0)
+
+
 def anyres_pack(features, image_sizes, counts, config, newline):
     """LLaVA-NeXT's ``pack_image_features`` over all images at once. ``features``: ``[tiles, tokens, dim]`` of
     every image's tiles in order (thumbnail first), ``counts``: tiles per image. Per image, the thumbnail's tokens,
@@ -526,9 +535,7 @@ def anyres_pack(features, image_sizes, counts, config, newline):
     thumbnail = _thumbnails(counts, side, features.device)
     valid = torch.cat([torch.ones_like(thumbnail, dtype=torch.bool), grid_valid.flatten(1)], dim=1)
     source = torch.cat([thumbnail, grid_source.flatten(1)], dim=1)
-    table = features.reshape(-1, features.shape[-1])
-    if has_newline:
-        table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
+    table = _token_table(features, newline)
     packed = table[source[valid]]
     return [packed], valid.sum(dim=1)
 
@@ -630,9 +637,7 @@ def onevision_pack(features, image_sizes, counts, config, newline, vision_aspect
     taps = torch.cat([head_taps, taps.flatten(1, 2)], dim=1)[valid]
     weights = torch.cat([head_weights, weights.flatten(1, 2)], dim=1)[valid]
 
-    table = features.reshape(-1, features.shape[-1])
-    if has_newline:
-        table = torch.cat([table, newline[None].to(table.device, table.dtype)], dim=0)
+    table = _token_table(features, newline)
     value = table[taps].to(torch.float32)  # [tokens, 4, dim], in float32 as the kernel computes
     w = weights[..., None]
     # The kernel's order of operations depends on its vectorized path (the CPU it dispatches to, the sizes):
