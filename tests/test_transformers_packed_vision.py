@@ -100,9 +100,15 @@ SAME_SOURCES = {"qwen3_vl_moe": "qwen3_vl", "qwen3_5_moe": "qwen3_5", "cohere_co
                 "cosmos3_omni": "qwen3_vl"}
 
 
+#: Rows proven elsewhere on the same function: the gated delta rule's (tests/test_transformers_ssm.py, its chunked
+#: prefill, on Qwen3-Next's copy of the function Qwen3.5's text model calls; an export without it is 30 s).
+PROVEN_ELSEWHERE = ("gated_delta_scan",)
+
+
 @pytest.mark.parametrize("model, left_out", [
     pytest.param(p.values[0], row, marks=p.marks, id=f"{p.values[0]}-{row.rsplit('.', 1)[1]}")
-    for p in MODELS if p.values[0] not in SAME_SOURCES for row in _rows(p.values[0])])
+    for p in MODELS if p.values[0] not in SAME_SOURCES for row in _rows(p.values[0])
+    if not row.endswith(PROVEN_ELSEWHERE)])
 def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
     others = tuple(row for row in _rows(model) if row != left_out)
     proving.fails_without(packed_case(model, (left_out,), beside=("pytree", *others)), make_agent)
