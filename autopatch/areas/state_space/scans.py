@@ -282,6 +282,19 @@ _PADDED_TO_CHUNK_COUNT = {
 _TOKEN_INDEX = "token = torch.arange(sequence_length, device=core_attn_out.device)"
 
 
+def _forward_substitution(name: str) -> dict:
+    """The loop both chunked linear attentions invert their chunk's unit lower triangular system with (on ``name``,
+    strictly lower), and the same inverse in log2(chunk_size) block steps (``runtime.forward_substitution``): the
+    loop is 63 traced steps, most of the export's time and of its ONNX graph."""
+    loop = f"""
+for i in range(1, chunk_size):
+    row = {name}[..., i, :i].clone()
+    sub = {name}[..., :i, :i].clone()
+    {name}[..., i, :i] = row + (row.unsqueeze(-1) * sub).sum(-2)
+"""
+    return {loop: f"{name} = __autopatch_rt.forward_substitution({name})"}
+
+
 def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
     """A rewriter for ``torch_chunk_gated_delta_rule`` (the torch path of the gated delta net's prefill, 5.23):
     its pass over the chunks is ``for i in range(num_chunks)``, a Python loop over ``ceil(seq / chunk_size)``,
@@ -291,11 +304,14 @@ def gated_delta_chunks_as_scan(chunk_gated_delta_rule):
     length); the chunked shapes name ``num_chunks`` instead of ``-1``. One more all-padding chunk than upstream,
     so that torch knows there are at least two (else the contiguity checks of every chunked view guard
     ``num_chunks == 1``, i.e. seq <= 64): a padded position has zero key, value and beta and zero log-decay, so
-    the chunk leaves the state as it is (``S * exp(0) + k^T @ 0``, exactly) and its outputs are cut off."""
+    the chunk leaves the state as it is (``S * exp(0) + k^T @ 0``, exactly) and its outputs are cut off. The
+    export branch's loop over a chunk's 63 rows (forward substitution) becomes the block inverse of
+    ``runtime.forward_substitution``: the same inverse, a fraction of the graph."""
     from ...kit import substitute_expressions
 
     return substitute_expressions(chunk_gated_delta_rule, {
         **_PADDED_TO_CHUNK_COUNT,
+        **_forward_substitution("ut_system"),
         "num_chunks = total_sequence_length // chunk_size": "pass",
         "decay.reshape(decay.shape[0], decay.shape[1], -1, chunk_size)":
         "decay.reshape(decay.shape[0], decay.shape[1], num_chunks, chunk_size)",
@@ -329,12 +345,13 @@ def kda_chunks_as_scan(chunk_kimi_delta_attention):
     delta net whose decay is per channel): ``for i in range(total_sequence_length // chunk_size)`` fixes the
     sequence length, as in ``gated_delta_chunks_as_scan`` above, and is rewritten the same way: the recurrence as
     a scan over the chunks, the padded length as ``num_chunks * chunk_size`` with one more all-padding chunk (zero
-    key, value, beta and log-decay: ``S * exp(0) + (0 * exp(0))^T @ v``, the state exactly as it was), and each
-    token's output read at its (chunk, place)."""
+    key, value, beta and log-decay: ``S * exp(0) + (0 * exp(0))^T @ v``, the state exactly as it was), each
+    token's output read at its (chunk, place), and the loop over a chunk's rows as a block inverse, as there."""
     from ...kit import substitute_expressions
 
     return substitute_expressions(chunk_kimi_delta_attention, {
         **_PADDED_TO_CHUNK_COUNT,
+        **_forward_substitution("attn"),
         "beta = beta.reshape(beta.shape[0], beta.shape[1], -1, chunk_size)":
         "beta = beta.reshape(beta.shape[0], beta.shape[1], num_chunks, chunk_size)",
         _KDA_CHUNK_LOOP:
