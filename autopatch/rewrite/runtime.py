@@ -282,12 +282,12 @@ def forward_substitution(strict):
     = row + (row.unsqueeze(-1) * a[..., :i, :i]).sum(-2)`` leaves in ``a`` (strictly lower ``[..., n, n]``):
     ``(I - a)^-1 - I``, the unit lower triangular system's inverse without its diagonal. Traced, that loop is 63
     steps of slicing and in-place writes with symbolic batch sizes: more than half of a tiny Qwen3.5 prefill's
-    export time and of its VLM's ONNX graph (12,000 of 21,500 nodes, minutes of onnxscript's optimizer). Here the inverse is
-    built by doubling: the inverses of the diagonal blocks of size s give those of size 2s, the block below the
-    diagonal being ``-B^-1 C A^-1`` (log2(n) steps of two batched matmuls: the recursive triangular inversion;
-    against float64, as close as LAPACK's solve that eager calls, within 1.4x the loop's error, closer than both
-    on chunks of correlated keys). ``n`` need not be a power of two (zeros pad it: a padded row is its own
-    block)."""
+    export time and of its VLM's ONNX graph (12,000 of 21,500 nodes, minutes of onnxscript's optimizer). Here the
+    inverse is built by doubling: the inverses of the diagonal blocks of size s give those of size 2s, the block
+    below the diagonal being ``-B^-1 C A^-1`` (log2(n) steps of two batched matmuls: the recursive triangular
+    inversion; against float64, as close as LAPACK's solve that eager calls, within 1.4x the loop's error, closer
+    than both on chunks of correlated keys). ``n`` need not be a power of two (zeros pad it: a padded row is its
+    own block)."""
     torch = _torch()
     n = strict.shape[-1]
     width = 1 << max(n - 1, 0).bit_length()  # the power of two at or above n
