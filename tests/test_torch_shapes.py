@@ -11,6 +11,7 @@ import inspect
 import pytest
 import torch
 from torch.export import Dim
+from transformers import DynamicCache
 
 import autopatch
 import proving
@@ -470,6 +471,53 @@ def test_parameter_buffer_program_unlifts_with_patch(agent):
     assert buffers["unused"] is buffers["alias"]  # still one tensor, over the program's storage
     assert buffers["unused"].data_ptr() == program.constants["unused"].data_ptr()
     assert isinstance(program.constants["unused"], torch.nn.Parameter)  # the program itself is unchanged
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torch.dynamo.stores_after_hop: strict=True, a cache updated after a torch.cond
+# ---------------------------------------------------------------------------------------------------------------
+
+STORES = ("torch.dynamo.stores_after_hop",)
+
+
+class CondThenCacheUpdate(torch.nn.Module):
+    """A decode step whose cache update follows a higher-order op, as in a linear-attention layer before a full
+    attention one once the agent has rewritten its chunked scan (Kimi-Linear, Bailing-hybrid) or an ``if``."""
+
+    def forward(self, x, past_key_values):
+        y = torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: -t, (x,))
+        keys, values = past_key_values.update(y, y + 1, 0)
+        return keys.sum(-2) + values.mean(-2), past_key_values
+
+
+def _cond_then_update_case():
+    def inputs(batch, past, seq, seed):
+        gen = torch.Generator().manual_seed(seed)
+        cache = DynamicCache()
+        cache.update(*(torch.randn(batch, 2, past, 4, generator=gen) for _ in range(2)), 0)
+        return {"x": torch.randn(batch, 2, seq, 4, generator=gen), "past_key_values": cache}
+
+    return CondThenCacheUpdate(), inputs(2, 5, 3, 0), inputs(3, 4, 2, 1), [inputs(4, 6, 5, 2), inputs(1, 3, 1, 3)]
+
+
+@requires("torch>=2.13")  # 2.9.1 keeps the store (its Dynamo has no __dict__ view to go stale)
+def test_cache_update_after_cond_is_silently_lost_without_patch(make_agent):
+    model, traced, other, runs = _cond_then_update_case()
+    make_agent(registry.PATCHES, "pytree")
+    program = proving.export(model, traced, other, strict=True)
+    for inputs in runs:
+        with torch.no_grad():
+            _, got = program.module()(**copy.deepcopy(inputs))
+            _, expected = model(**copy.deepcopy(inputs))
+        # No error anywhere: the program hands back the past keys, without the step's own.
+        past, seq = inputs["past_key_values"].layers[0].keys.shape[-2], inputs["x"].shape[-2]
+        assert got.layers[0].keys.shape[-2] == past and expected.layers[0].keys.shape[-2] == past + seq
+
+
+@requires("torch>=2.13")
+def test_cache_update_after_cond_is_kept_with_patch(make_agent):
+    case = proving.Proof("cond then cache update", _cond_then_update_case, STORES, "", strict=True)
+    proving.exports_with(case, make_agent)
 
 
 # ---------------------------------------------------------------------------------------------------------------

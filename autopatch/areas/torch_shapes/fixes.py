@@ -23,6 +23,8 @@ Min/Max decided by value ranges
 stop_if_static: ``set_replacement`` raises the moment a dynamic input dim becomes a constant or another input dim.
 
 var-keyword inputs: ``get_range_constraints`` and ``convert_guards_code_to_fn`` (``forward(self, x, **kwargs)``).
+
+Attribute stores after a higher-order op (strict=True): ``proxy_dict_on_current_table``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import functools
 import inspect
 import re
 import traceback
+import weakref
 from numbers import Number
 
 import torch
@@ -468,6 +471,35 @@ def dispatch_without_cache(self, func, types, args, kwargs):
     disabled. On torch 2.9 a cache hit rebuilds the output tensor with ``set_`` and symbolic strides that the
     export's proxy tracer never tracked, and the trace stops ("8*s72 ... is not tracked with proxy")."""
     return self._dispatch_impl(func, types, args, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dynamo: attribute stores after a higher-order op (strict=True)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _CurrentSideEffects:
+    """Stands for ``output.side_effects``: the table the output graph holds when an attribute is asked for, not the
+    one it held when this view was made. Weak, as the output graph owns the tables that end up owning this view."""
+
+    __slots__ = ("_output",)
+
+    def __init__(self, output):
+        self._output = weakref.ref(output)
+
+    def __getattr__(self, name):
+        return getattr(self._output().side_effects, name)
+
+
+@calls_original
+def proxy_dict_on_current_table(original, self, item, tx):
+    """SideEffectsProxyDict.__init__ (same signature): Dynamo's view of an object's ``__dict__``, through which
+    ``obj.attr = value`` is recorded. torch 2.13 keeps the side-effect table current when the view is made; tracing
+    a higher-order op (torch.cond, scan, map) swaps the output graph's table for a copy taken before the op, so
+    every later store through an older view lands in a table nobody reads: ``obj.attr`` still gives the old value,
+    and the program returns it (a cache updated after the agent's own scan or cond gives back the past keys)."""
+    original(self, item, tx)
+    self.side_effects = _CurrentSideEffects(tx.output)
 
 
 # ---------------------------------------------------------------------------------------------------------------

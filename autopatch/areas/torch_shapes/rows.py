@@ -1,5 +1,6 @@
 """The rows of this area. torch symbolic-shape fixes (family ``torch``): broadcasting, min/max by range, **kwargs
-dynamic shapes, the FakeTensor cache of 2.9-2.12, and the debugging aid ``torch.stop_if_static``.
+dynamic shapes, the FakeTensor cache of 2.9-2.12, Dynamo's attribute stores after a higher-order op, and the
+debugging aid ``torch.stop_if_static``.
 """
 
 from __future__ import annotations
@@ -216,6 +217,22 @@ ROWS = (
         "programs that would raise.",
     ),
     PatchSpec(
+        id="torch.dynamo.stores_after_hop",
+        family="torch",
+        trigger="torch._dynamo.variables.dicts",
+        target="SideEffectsProxyDict.__init__",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:proxy_dict_on_current_table",
+        # Measured: 2.13.0 and 2.14.1 lose the store (same source); 2.9.1 has no such view and keeps it.
+        requires=("torch>=2.13",),
+        fingerprints=("a8f3f331d884",),
+        link="https://github.com/pytorch/pytorch/pull/195954",
+        reason="strict=True: once Dynamo has traced a torch.cond, scan or map it holds a copy of its side-effect "
+        "table, while the __dict__ views of objects it met before still record 'obj.attr = value' in the old one: "
+        "the store is lost and the program returns the old value (a cache updated after the agent's scan or cond "
+        "returns the past keys; Kimi-Linear's decode stops in SDPA). The views read the current table.",
+    ),
+    PatchSpec(
         id="torch.fake_tensor_cache_bypass",
         family="torch",
         trigger="torch._subclasses.fake_tensor",
@@ -285,6 +302,13 @@ SUMMARIES = (
         "Then `ep.module()` fails with `NameError: name 'L' is not defined` (guards name "
         "`L['kwargs']['past']`). Always on: it runs after the export, and only rewrites guards that could "
         'not run.',
+    ),
+    (
+        ('torch.dynamo.stores_after_hop',),
+        'torch 2.13-2.14, `strict=True`: after a `torch.cond`, `scan` or `map` (transformers\' own, or the agent\'s '
+        'rewrites) Dynamo drops `obj.attr = value` on objects it met before: the program silently returns the '
+        'old value (a cache layer\'s past keys; Kimi-Linear\'s decode stops in SDPA). Makes those stores land '
+        'in the table Dynamo reads.',
     ),
     (
         ('torch.fake_tensor_cache_bypass',),
