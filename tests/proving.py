@@ -19,6 +19,13 @@ import autopatch
 from autopatch import registry
 from autopatch.errors import causes
 
+_ROWS = {row.id: row for row in registry.PATCHES}
+
+
+def row(patch_id: str):
+    """The shipped row (PatchSpec) of that id."""
+    return _ROWS[patch_id]
+
 
 @dataclass(frozen=True)
 class Proof:

@@ -5,6 +5,7 @@ import json
 from importlib import metadata
 
 import autopatch
+import proving
 from autopatch import registry, versions
 from autopatch.diffs import format_entry
 from cli_run import plain, run_cli, run_cli_in_terminal
@@ -64,7 +65,7 @@ def test_diff_folds_the_patches_of_other_versions():
 
 
 def test_diff_fits_its_prose_to_the_width_and_leaves_code_whole():
-    spec = next(s for s in registry.PATCHES if s.id == "transformers.cache.sliding_update")
+    spec = proving.row("transformers.cache.sliding_update")
     out = run_cli("diff", spec.id, COLUMNS="60")
     header, _, body = format_entry(spec).partition("\n")
     assert out.stdout.endswith(body + "\n"), "the diff is code: printed as written, never cut"

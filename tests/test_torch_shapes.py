@@ -28,7 +28,6 @@ STOP = ("torch.stop_if_static",)
 # The torch rows eager code can reach. The ONNX converter's rows (triggered by torch.onnx's exporter modules,
 # which a worker may not have imported) act only inside torch.onnx.export's conversion: tests/test_onnx_*.py.
 ALL_TORCH = tuple(s.id for s in registry.PATCHES if s.family == "torch" and not s.trigger.startswith("torch.onnx."))
-SPECS = {s.id: s for s in registry.PATCHES}
 STRICT = pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 
 
@@ -250,7 +249,7 @@ def _fails_some_pair(model, program):
 
 
 def test_backed_size_oblivious_is_opt_in_and_scoped(agent):
-    spec = next(s for s in registry.PATCHES if s.id == "torch.backed_size_oblivious")
+    spec = proving.row("torch.backed_size_oblivious")
     assert not spec.default and all(not s.default for s in registry.PATCHES if s.id in REFS + STOP)
     assert "torch.backed_size_oblivious" not in autopatch.selection.parse("all", registry.PATCHES).ids
     from torch.fx.experimental import _config
@@ -381,7 +380,7 @@ def test_varkw_range_constraints_exports_without_patch_from_2_14(agent, strict):
     its requirement says so instead of the fingerprint reporting drift."""
     with patches(*VARKW) as own:
         assert own.records[VARKW[0]].state == "skipped", own.records[VARKW[0]].detail
-        assert f"needs {SPECS[VARKW[0]].requirement_text}" in own.records[VARKW[0]].detail
+        assert f"needs {proving.row(VARKW[0]).requirement_text}" in own.records[VARKW[0]].detail
     with patches():
         program = _varkw_export(strict, ORDERS[1])
     assert sorted((int(v.lower), int(v.upper)) for v in program.range_constraints.values()) == \
@@ -402,7 +401,7 @@ def test_varkw_non_strict_program_fails_to_run_without_guards_patch(agent):
 def test_varkw_with_patch(agent, strict, order):
     with patches(*VARKW) as own:
         program = _varkw_export(strict, order)
-        applies = not versions.unmet(SPECS[VARKW[0]].requires)
+        applies = not versions.unmet(proving.row(VARKW[0]).requires)
         assert own.records[VARKW[0]].hits == (1 if applies else 0)
         ranges = {str(k): (int(v.lower), int(v.upper)) for k, v in program.range_constraints.items()}
         assert sorted(ranges.values()) == sorted([(1, 8), (2, 64), (3, 128), (4, 100)]), ranges
@@ -542,7 +541,7 @@ def test_eager_results_unchanged_with_all_torch_patches(agent):
     for spec in registry.PATCHES:  # every row installed, whatever this worker's earlier tests imported
         if spec.id in ALL_TORCH:
             importlib.import_module(spec.trigger)
-    here = [i for i in ALL_TORCH if not versions.unmet(SPECS[i].requires)]
+    here = [i for i in ALL_TORCH if not versions.unmet(proving.row(i).requires)]
     with patches(*ALL_TORCH) as own:
         assert all(own.records[i].state in ("applied", "applied-late") for i in here), \
             {i: (own.records[i].state, own.records[i].detail) for i in ALL_TORCH}

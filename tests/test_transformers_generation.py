@@ -55,7 +55,7 @@ def test_new_tokens_only_program_fails_without_and_matches_eager_with(make_agent
     with pytest.raises(IndexError, match="out of bounds"):
         program.module()(**copy.deepcopy(traced))  # ...and fails on its own traced inputs
     own.disable()
-    make_agent(pytree + [s for s in registry.PATCHES if s.id == PATCH])
+    make_agent(pytree + [proving.row(PATCH)])
     program = proving.export(step, traced, other)
     assert autopatch.last_export_report()["patches"][PATCH] == 1
     for batch, past, seed in ((4, 3, 2), (1, 9, 3)):

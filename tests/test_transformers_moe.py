@@ -116,7 +116,7 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
     with torch.no_grad():
         before = model(**copy.deepcopy(traced)).logits
     block = _moe_block(model, name)
-    method = next(s for s in registry.PATCHES if s.id == MOE_IDS[name]).target.rpartition(".")[2]
+    method = proving.row(MOE_IDS[name]).target.rpartition(".")[2]
     original = getattr(type(block), method)
     own = _private_agent([MOE_IDS[name]])
     try:
@@ -131,7 +131,7 @@ def test_eager_is_unchanged_and_the_dense_routing_computes_the_same(agent, name)
     # expert is hit, some tokens pick the same pair).
     hidden = torch.randn(3, 11, config.hidden_size, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        spec = next(s for s in registry.PATCHES if s.id == MOE_IDS[name])
+        spec = proving.row(MOE_IDS[name])
         replacement = spec.resolve_replacement()
         if name == "gpt_oss":
             scores, indices = model.model.layers[0].mlp.router(hidden)

@@ -119,8 +119,7 @@ def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
     """Row by row, the same fingerprints as the rows of the model they copy (whose rows the test above leaves out
     one at a time); and without any of them the export fails."""
     model_rows, proven_rows = _rows(model), _rows(SAME_SOURCES[model])
-    specs = {spec.id: spec for spec in registry.PATCHES}
-    assert [specs[row].fingerprints for row in model_rows] == [specs[row].fingerprints for row in proven_rows]
+    assert [proving.row(r).fingerprints for r in model_rows] == [proving.row(r).fingerprints for r in proven_rows]
     proving.fails_without(packed_case(model, model_rows), make_agent)
 
 
@@ -368,8 +367,7 @@ def test_catalogue_export_fails_with_any_row_left_out(make_agent, model, left_ou
 def test_muse_glimmer_rows_are_muse_sparks_and_needed(make_agent):
     """Muse Glimmer's rows patch the same sources as Muse Spark's (the same fingerprints, row by row), and its
     export fails without them."""
-    specs = {spec.id: spec for spec in registry.PATCHES}
-    fingerprints = {model: [specs[f"transformers.vision.{model}_{row}"].fingerprints for row in MUSE_ROWS]
+    fingerprints = {model: [proving.row(f"transformers.vision.{model}_{row}").fingerprints for row in MUSE_ROWS]
                     for model in ("muse_spark", "muse_glimmer")}
     assert fingerprints["muse_glimmer"] == fingerprints["muse_spark"]
     proving.fails_without(catalogue_packed_case("muse_glimmer", tuple(f"transformers.vision.muse_glimmer_{row}"

@@ -183,7 +183,7 @@ print("OK")
 
 
 def test_spec_fingerprints_match_the_installer():
-    spec = next(s for s in registry.PATCHES if s.id == PATCH)
+    spec = proving.row(PATCH)
     assert transformers_rope.PYTHON_LONGROPE <= set(spec.fingerprints)
     import transformers.modeling_rope_utils as rope_utils
     from autopatch import fingerprint

@@ -5,6 +5,7 @@ and Kimi delta attention's (transformers.<model>.kda_scan: Kimi-Linear, Bailing-
 chunk long without its row."""
 
 import copy
+import importlib
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from packaging.version import Version
 
 import autopatch
 import proving
-from autopatch import registry, state
+from autopatch import fingerprint, registry, state
 from autopatch.areas.state_space import rows as state_space_rows
 from autopatch.agent import Agent
 from autopatch.models import builders, recurrent
@@ -87,7 +88,7 @@ def test_eager_is_unchanged_with_the_patch_active(agent, name, patch):
     inputs = [ids(2, 8, 1), ids(3, 5, 2)]
     with torch.no_grad():
         expected = [model(x) for x in inputs]
-        own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == patch])
+        own = Agent(registry.EXPORT_ENTRY_POINTS, [proving.row(patch)])
         own.enable("all")
         try:
             assert own.records[patch].state in state.INSTALLED
@@ -123,7 +124,7 @@ def test_a_step_of_several_tokens_with_a_cache_refuses_one_token_instead_of_answ
 def test_fingerprints_match_the_installed_version(agent):
     for name, patch in CASES:
         build(name)  # imports the modeling module
-        own = Agent(registry.EXPORT_ENTRY_POINTS, [s for s in registry.PATCHES if s.id == patch])
+        own = Agent(registry.EXPORT_ENTRY_POINTS, [proving.row(patch)])
         own.enable("all")
         try:
             assert own.records[patch].state == state.APPLIED_LATE, own.records[patch].detail
@@ -164,11 +165,11 @@ def test_chunked_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(
         before = model(long)
     if name in PROVEN:
         proving.fails_without(case, make_agent, built)
-    else:  # the function of a model proven here, installed at its fingerprint only
+    else:  # the function of a model proven here: the same source, which its row installs at (state below)
         proven = next(m for m in CHUNKED[name].models if m in PROVEN)
-        specs = {spec.id: spec for spec in registry.PATCHES}
-        row, proven_row = (f"transformers.{m}.{CHUNKED[name].row}" for m in (name, proven))
-        assert specs[row].fingerprints == specs[proven_row].fingerprints == (CHUNKED[name].fingerprint,)
+        sources = [getattr(importlib.import_module(f"transformers.models.{m}.modeling_{m}"), CHUNKED[name].function)
+                   for m in (name, proven)]
+        assert fingerprint.of(sources[0]) == fingerprint.of(sources[1]) == CHUNKED[name].fingerprint
     _, own = proving.exports_with(case, make_agent, built)
     assert own.records[case.rows[0]].state in state.INSTALLED  # its fingerprint matched
     assert autopatch.last_export_report()["patches"][case.rows[0]] == 1  # one linear-attention layer
