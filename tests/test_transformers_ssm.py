@@ -154,6 +154,11 @@ def chunked_case(name):
                  fails_with="Guard failed", beside=(), fails_at_run=True, tolerance=dict(rtol=1e-4, atol=1e-4))
 
 
+def _upstream(name):
+    """The model's own chunked function, the one its row rewrites."""
+    return getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), CHUNKED[name].function)
+
+
 @pytest.mark.parametrize("name", CHUNKED_MODELS)
 def test_chunked_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(make_agent, name):
     """Without its row (each function's proven model), the program refuses any prompt over one chunk; with it,
@@ -167,9 +172,7 @@ def test_chunked_prefill_is_one_chunk_without_its_row_and_matches_eager_with_it(
         proving.fails_without(case, make_agent, built)
     else:  # the function of a model proven here: the same source, which its row installs at (state below)
         proven = next(m for m in CHUNKED[name].models if m in PROVEN)
-        sources = [getattr(importlib.import_module(f"transformers.models.{m}.modeling_{m}"), CHUNKED[name].function)
-                   for m in (name, proven)]
-        assert fingerprint.of(sources[0]) == fingerprint.of(sources[1]) == CHUNKED[name].fingerprint
+        assert fingerprint.of(_upstream(name)) == fingerprint.of(_upstream(proven)) == CHUNKED[name].fingerprint
     _, own = proving.exports_with(case, make_agent, built)
     assert own.records[case.rows[0]].state in state.INSTALLED  # its fingerprint matched
     assert autopatch.last_export_report()["patches"][case.rows[0]] == 1  # one linear-attention layer
@@ -184,12 +187,10 @@ def test_chunk_scan_equals_upstream(name):
     rounds otherwise; upstream's own eager gated delta rule solves them with LAPACK, another rounding again). The
     gated delta net's keys have fewer heads than its values (2 of 16, 4 values of 8); Kimi delta attention's as
     many (4 of 8)."""
-    import importlib
-
     from autopatch.areas.state_space import scans
 
     chunked = CHUNKED[name]
-    original = getattr(importlib.import_module(f"transformers.models.{name}.modeling_{name}"), chunked.function)
+    original = _upstream(name)
     rewritten = getattr(scans, chunked.rewriter)(original)
     per_channel = chunked.decay == "per channel"
     key_heads, key_dim = (4, 8) if per_channel else (2, 16)
