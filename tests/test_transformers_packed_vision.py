@@ -1,7 +1,8 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
 prefills (5.23), models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
 GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Muse Glimmer, Kimi-K2.5 and
-the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), and the three Qwen models' on 4.57 (their ``*_4x`` rows), whose
+the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL and Video-LLaMA-3 (SigLIP towers packed the same way,
+each merging its images' blocks in a method of its own), and the three Qwen models' on 4.57 (``*_4x`` rows), whose
 images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the text
 length all dynamic.
 
@@ -51,6 +52,8 @@ def _rows(model):
         rows.append(f"transformers.vision.{model}_windows_packed")
     if tower in packed_rows.INTERPOLATION_MODELS:
         rows.append(f"transformers.vision.{tower}_interpolation_packed")
+    if model in packed_rows.OWN_MERGERS:  # PaddleOCR-VL's projector
+        rows.append(f"transformers.vision.{model}_merger_packed")
     if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
     return tuple(rows)
@@ -243,6 +246,33 @@ def test_window_index_equals_upstream():
         got = packed.packed_window_index(grids, MERGE, window, patch)
         for e, g in zip(expected, got):
             assert e.dtype == g.dtype and torch.equal(e, g)
+
+
+@V5
+def test_paddleocr_projector_equals_upstream():
+    """Every image's blocks, gathered at once, are the blocks upstream cuts image by image (several frames too)."""
+    projector = packed_vlms.build("paddleocr_vl").model.projector  # called outside export: upstream's forward
+    for grids in _random_grids(random.Random(5), count=30):
+        features = torch.randn(int(grids.prod(-1).sum()), projector.pre_norm.normalized_shape[0])
+        with torch.no_grad():
+            expected, got = projector(features, grids), packed.paddleocr_projector_packed(projector, features, grids)
+        # The projection runs once over every image's blocks, not image by image: float rounding differs a little.
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@V5
+def test_video_llama_3_unshuffle_equals_upstream():
+    """Every merged token at once, from its block's middle patches, is upstream's per-image bilinear shrink: merge
+    sizes 1 to 4 (odd ones sample the middle patch, even ones between two), several frames, mixed in one batch."""
+    tower = packed_vlms.build("video_llama_3").model.vision_model
+    rng = random.Random(6)
+    for _ in range(30):
+        merges = [rng.randint(1, 4) for _ in range(rng.randint(1, 4))]
+        grids = torch.tensor([(rng.randint(1, 3), m * rng.randint(1, 5), m * rng.randint(1, 5)) for m in merges])
+        hidden = torch.randn(int(grids.prod(-1).sum()), 8)
+        expected = tower.pixel_unshuffle(hidden, grids, torch.tensor(merges))  # outside export: upstream's
+        got = packed.video_llama_3_unshuffle_packed(tower, hidden, grids, torch.tensor(merges))
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
 
 
 # Not the models of another's very sources (SAME_SOURCES): the same rows over the same code, at a subprocess each.

@@ -4,7 +4,9 @@ definition for the tests and any tool that builds them.
     NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and eight
                models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR,
                GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves), and EXAONE 4.5 (Qwen2.5-VL's
-               tower with grouped key/value heads, a text model without a 3-axis rope index)
+               tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL and
+               Video-LLaMA-3 (SigLIP towers packed the same way, one frame per patch; Video-LLaMA-3 takes a merge
+               size per image)
     NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
 
 An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
@@ -22,7 +24,7 @@ MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
-           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5")
+           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -120,6 +122,17 @@ def _config(name):
             vision_config={**QWEN2_5_TOWER, "num_key_value_heads": 2},
             text_config={**TEXT, "model_type": "exaone4", "head_dim": 16, "num_hidden_layers": 4}, image_token_id=IMAGE,
             video_token_id=VIDEO)
+    if name == "paddleocr_vl":  # a 4x4 learned position grid resampled per image; no temporal patch
+        return t.PaddleOCRVLConfig(
+            vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "patch_size": 4, "image_size": 16, "spatial_merge_size": MERGE},
+            text_config={**TEXT, "head_dim": 16, "rope_parameters": {**MROPE, "mrope_section": [2, 3, 3]}},
+            image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
+    if name == "video_llama_3":  # a SigLIP tower with a merge size per image; a Qwen2 text model (1-D positions)
+        return t.VideoLlama3Config(
+            vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "patch_size": 4},
+            text_config={**TEXT, "model_type": "qwen2"}, image_token_id=IMAGE, video_token_id=VIDEO)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -137,7 +150,9 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "cohere_compass": "CohereCompassForConditionalGeneration",
                "glm4v_moe": "Glm4vMoeForConditionalGeneration", "glm_ocr": "GlmOcrForConditionalGeneration",
                "glm46v": "Glm46VForConditionalGeneration", "cosmos3_omni": "Cosmos3OmniForConditionalGeneration",
-               "exaone4_5": "Exaone4_5_ForConditionalGeneration"}
+               "exaone4_5": "Exaone4_5_ForConditionalGeneration",
+               "paddleocr_vl": "PaddleOCRVLForConditionalGeneration",
+               "video_llama_3": "VideoLlama3ForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -147,14 +162,15 @@ def build(name="qwen2_vl"):
     return getattr(transformers, MODEL_CLASS[name.removesuffix("_4x")])(config).eval()
 
 
-def prefill(grids, text_len, seed):
+def prefill(grids, text_len, seed, merges=None):
     """One image per sample (grid (frames, rows, columns) in patches) after a first text token and the
     vision-start token (4.x finds images by it), then the text; shorter samples are left-padded (attention
-    mask 0). ``mm_token_type_ids`` marks the image tokens (5.x reads the token kinds from it)."""
+    mask 0). ``mm_token_type_ids`` marks the image tokens (5.x reads the token kinds from it). ``merges``: each
+    image's merge size, given as ``image_merge_sizes`` (MERGE for every image, not given, by default)."""
     g = torch.Generator().manual_seed(seed)
     ids, kinds, pixels = [], [], []
-    for frames, rows, columns in grids:
-        tokens = frames * rows * columns // MERGE**2
+    for (frames, rows, columns), merge in zip(grids, merges or [MERGE] * len(grids)):
+        tokens = frames * rows * columns // merge**2
         text = torch.randint(2, 100, (text_len,), generator=g)
         ids.append(torch.cat([text[:1], torch.tensor([VISION_START]), torch.full((tokens,), IMAGE), text[1:]]))
         kinds.append(torch.cat([torch.zeros(2), torch.ones(tokens), torch.zeros(text_len - 1)]).int())
@@ -168,36 +184,58 @@ def prefill(grids, text_len, seed):
     return {"input_ids": left_pad(ids, torch.long), "attention_mask": left_pad([torch.ones(len(i)) for i in ids],
                                                                                 torch.long),
             "mm_token_type_ids": left_pad(kinds, torch.int), "pixel_values": torch.cat(pixels),
-            "image_grid_thw": torch.tensor(grids)}
+            "image_grid_thw": torch.tensor(grids), **({"image_merge_sizes": torch.tensor(merges)} if merges else {})}
 
 
 #: The models that find images by their tokens, without mm_token_type_ids: 4.57's, and EXAONE 4.5 (no rope index).
-WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5")
+WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3")
+
+#: The models that take a merge size per image (image_merge_sizes): each set's, the traced one first. Video-LLaMA-3's
+#: processor merges images 1x1 (videos 2x2); the first run set merges one image 2x2 too.
+MERGE_SIZES = {"video_llama_3": ((1, 1), (1, 2, 1), (1,))}
+
+
+#: The models whose tower embeds one frame per patch (no temporal patch), pixels ``[patches, 3, 4, 4]``.
+ONE_FRAME_PATCHES = ("paddleocr_vl", "video_llama_3")
 
 
 def for_model(name, inputs):
-    """``inputs`` as the model ``name`` takes them (mm_token_type_ids only where forward reads it)."""
-    return {k: v for k, v in inputs.items() if not (name in WITHOUT_TOKEN_TYPES and k == "mm_token_type_ids")}
+    """``inputs`` as the model ``name`` takes them (mm_token_type_ids only where forward reads it; a patch's first
+    frame where the tower has no temporal patch)."""
+    inputs = {k: v for k, v in inputs.items() if not (name in WITHOUT_TOKEN_TYPES and k == "mm_token_type_ids")}
+    pixels = inputs["pixel_values"]
+    if name in ONE_FRAME_PATCHES and isinstance(pixels, torch.Tensor):  # not the dynamic shapes
+        inputs["pixel_values"] = pixels.reshape(pixels.shape[0], 2, 3, 4, 4)[:, 0].contiguous()
+    return inputs
 
 
 def traced(name):
     """The set a test traces with: two images of unequal grids."""
-    return for_model(name, prefill([(1, 4, 4), (1, 4, 8)], text_len=5, seed=0))
+    return for_model(name, prefill([(1, 4, 4), (1, 4, 8)], text_len=5, seed=0, merges=_merges(name, 0)))
 
 
 def others(name):
     """The sets a program is run at: other numbers of images, grids (a two-frame image, unequal rows), batches
     and text lengths. GLM-4V's have one frame per image, as its processor makes them (its tower's position
     resampling reads the grid of each frame's index, so a two-frame image is misread in eager too)."""
-    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name.startswith("glm") else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
-    return [for_model(name, prefill(first, text_len=7, seed=1)), for_model(name, prefill([(1, 6, 6)], 3, seed=2))]
+    one_frame = name.startswith("glm")
+    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if one_frame else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
+    return [for_model(name, prefill(first, text_len=7, seed=1, merges=_merges(name, 1))),
+            for_model(name, prefill([(1, 6, 6)], 3, seed=2, merges=_merges(name, 2)))]
+
+
+def _merges(name, index):
+    return MERGE_SIZES[name][index] if name in MERGE_SIZES else None
 
 
 def dynamic_shapes(name):
     """Everything the packing reads dynamic: batch, text length, merged patches and images. The text is at least 4
     long: Qwen3.5's prompt shorter than its convolution kernel (4) pads the linear-attention cache's state, a
     branch."""
-    batch, seq = Dim("batch"), Dim("seq", min=4)
-    return for_model(name, {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
-                            "mm_token_type_ids": {0: batch, 1: seq}, "pixel_values": {0: MERGE**2 * Dim("merged")},
-                            "image_grid_thw": {0: Dim("images")}})
+    batch, seq, images = Dim("batch"), Dim("seq", min=4), Dim("images")
+    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
+              "mm_token_type_ids": {0: batch, 1: seq}, "pixel_values": {0: MERGE**2 * Dim("merged")},
+              "image_grid_thw": {0: images}}
+    if name in MERGE_SIZES:  # an image merged 1x1 may have any number of patches
+        shapes.update(pixel_values={0: Dim("patches")}, image_merge_sizes={0: images})
+    return for_model(name, shapes)

@@ -16,7 +16,8 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
   groups in Python to build 3-axis (time, row, column) positions for the language model.
 - (Muse Spark, Muse Glimmer) the merge blocks' gather index is built image by image, and the tower reorders its
   patches by the window index, whose length is data; (Kimi-K2.5) the temporal table's per-patch index and the
-  patches each merged token pools are built image by image.
+  patches each merged token pools are built image by image; (PaddleOCR-VL, Video-LLaMA-3) the tower's output is
+  split per image with ``.tolist()`` sizes and each image's blocks merged in a loop.
 
 The replacements compute the same values with tensor arithmetic over every patch or token at once, so the number of
 images, their sizes, the batch and the sequence stay symbolic. Patch-wise: a patch finds its image by
@@ -252,6 +253,82 @@ def packed_attention_one_call(attention_forward):
     })
 
 
+#: The same per-chunk call in the loop form of that forward (PaddleOCR-VL's and Video-LLaMA-3's towers, one source),
+#: which also collects each chunk's attention map.
+_PER_CHUNK_LOOP = (
+    "attn_output, attn_weight = attention_interface(self, q, k, v, attention_mask={mask}, scaling=self.scaling, "
+    "dropout=0.0 if not self.training else self.attention_dropout, is_causal=False, **kwargs)"
+)
+
+
+def packed_attention_loop_one_call(attention_forward):
+    """``packed_attention_one_call`` for the loop form of the vision attention forward (PaddleOCR-VL's tower,
+    5.23), which also lists each chunk's attention map. The output is the same; the maps (eager attention only,
+    read when a caller asks for attentions) come as one map of the whole sequence, zero between frames, where
+    upstream lists one map per frame."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(attention_forward, {
+        "cos, sin = position_embeddings":
+        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == seq_length)",
+        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
+        _PER_CHUNK_LOOP.format(mask="None"):
+        _PER_CHUNK_LOOP.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
+    })
+
+
+def paddleocr_projector_packed(self, image_features, image_grid_thw):
+    """``PaddleOCRProjector.forward`` (5.23) without the loop over ``image_grid_thw.tolist()`` sizes: upstream
+    normalizes each image's patches (laid out frame by frame, row-major), cuts them into ``m1 x m2`` blocks and
+    projects each block's concatenated patches. Here every merged token gathers its block's patches from the packed
+    sequence at once (the same order: block row, block column, then the patches row-major within the block); the
+    norm and the projection act per row, so applying them to all images at once changes nothing."""
+    m1, m2 = self.merge_kernel_size
+    features = self.pre_norm(image_features)
+    frames, rows, columns = image_grid_thw[:, 0], image_grid_thw[:, 1], image_grid_thw[:, 2]
+    image, merged = _locate(frames * (rows // m1) * (columns // m2))
+    blocks_per_row, width = columns[image] // m2, columns[image]
+    blocks_per_frame = rows[image] // m1 * blocks_per_row
+    frame, in_frame = merged // blocks_per_frame, merged % blocks_per_frame
+    patches = frames * rows * columns
+    first = (patches.cumsum(0) - patches)[image] + frame * rows[image] * width  # the block's frame's first patch
+    row = (in_frame // blocks_per_row)[:, None, None] * m1 + torch.arange(m1, device=features.device)[:, None]
+    column = (in_frame % blocks_per_row)[:, None, None] * m2 + torch.arange(m2, device=features.device)
+    index = first[:, None, None] + row * width[:, None, None] + column
+    blocks = features[index.reshape(-1)].reshape(index.shape[0], m1 * m2 * features.shape[-1])
+    return self.linear_2(self.act(self.linear_1(blocks)))
+
+
+def video_llama_3_unshuffle_packed(self, hidden_states, grid_thw, merge_sizes):
+    """``VideoLlama3VisionModel.pixel_unshuffle`` (5.23) without the loop over ``grid_thw.tolist()`` sizes: upstream
+    lays each image's patches (block-major, as the tower ran them) back on their grid and shrinks every frame by the
+    image's merge size with bilinear interpolation. At that exact factor m its sample point falls midway between a
+    block's two middle rows and columns (on the middle one for odd m), so a merged token is the mean of those up to
+    four patches, its block's ``(m - 1) // 2``-th and ``m // 2``-th; computed for every merged token at once, in
+    the interpolation's order (columns first, then rows)."""
+    frames, rows, columns = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    merge = merge_sizes.to(grid_thw.dtype)
+    image, merged = _locate(frames * (rows // merge) * (columns // merge))
+    m = merge[image]
+    patches = frames * rows * columns
+    first = (patches.cumsum(0) - patches)[image] + merged * m * m  # a merged token's block: m*m patches in a row
+    low, high = (m - 1) // 2, m // 2
+    top = 0.5 * hidden_states[first + low * m + low] + 0.5 * hidden_states[first + low * m + high]
+    bottom = 0.5 * hidden_states[first + high * m + low] + 0.5 * hidden_states[first + high * m + high]
+    return 0.5 * top + 0.5 * bottom
+
+
+def video_llama_3_image_features(get_image_features):
+    """``get_image_features`` of Video-LLaMA-3 (5.23) with its per-image split (``.tolist()`` sizes, each image's
+    own merge size) one element holding every image's features: its caller concatenates them at once."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "split_sizes = image_grid_thw.prod(dim=1) // (image_merge_sizes**2)": "pass",
+        "torch.split(image_embeds, split_sizes.tolist())": "(image_embeds,)",
+    })
+
+
 #: The per-image feature counts, as Python ints (``tower``: the model's attribute holding its vision tower).
 _SPLIT_SIZES = "split_sizes = (image_grid_thw.prod(-1) // self.{tower}.spatial_merge_size ** 2).tolist()"
 
@@ -291,6 +368,13 @@ def adapted_image_features(get_image_features):
     the tower's output before splitting it (``vision_features``) by the config's merge size."""
     return _features_one_element(get_image_features, "vision_features", split_sizes=(
         "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.merge_size**2).tolist()"))
+
+
+def paddleocr_image_features(get_image_features):
+    """The same for PaddleOCR-VL's ``get_image_features`` (5.23), which projects the tower's output
+    (``image_embeds``) and splits it by the vision config's merge size."""
+    return _features_one_element(get_image_features, "image_embeds", split_sizes=(
+        "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.spatial_merge_size**2).tolist()"))
 
 
 def kernel_merged_image_features(get_image_features):

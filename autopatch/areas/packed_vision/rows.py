@@ -68,7 +68,27 @@ PACKED_VISION_MODELS = (
     # split in place; a float rope index of its own, Qwen2.5-Omni's positions for text and images.
     PackedModel("qwen3_omni_moe", "Qwen3OmniMoeVisionAttention", "b918fa098915", "Qwen3OmniMoeThinkerModel",
                 "0f187107ed1f", "packed_deepstack_outputs_image_features", "1e71a2cc0e69", "qwen3_omni_rope_index"),
+    # PaddleOCR-VL: a SigLIP tower of its own packed the Qwen2-VL way (vision_utils' positions and position-grid
+    # resampling, the attention in its loop form), its projector merging each image's blocks (own row below);
+    # Qwen2-VL's rope index (the same source).
+    PackedModel("paddleocr_vl", "PaddleOCRVisionAttention", "6bc4e6ecf80c", "PaddleOCRVLModel",
+                "b309275be49b", "paddleocr_image_features", "31c7fed95e71", "qwen2_vl_rope_index"),
+    # Video-LLaMA-3: PaddleOCR-VL's attention source in a SigLIP tower with a merge size per image (its own
+    # downsampling after the tower, own row below); its Qwen2 text model numbers positions with arange.
+    PackedModel("video_llama_3", "VideoLlama3VisionAttention", "6bc4e6ecf80c", "VideoLlama3Model",
+                "ab01c4769579", "video_llama_3_image_features", None, None),
 )
+
+#: Of PACKED_VISION_MODELS, those whose vision attention is the loop form of the shared one (it also lists each
+#: frame's attention map): its own rewriter.
+LOOP_ATTENTION = ("paddleocr_vl", "video_llama_3")
+
+#: Of PACKED_VISION_MODELS, those that merge each image's blocks of patches in a method of their own, image by
+#: image over grid_thw.tolist(): model -> (that method, its fingerprint, replacement).
+OWN_MERGERS = {
+    "paddleocr_vl": ("PaddleOCRProjector.forward", "0678f21e18ed", "paddleocr_projector_packed"),
+    "video_llama_3": ("VideoLlama3VisionModel.pixel_unshuffle", "5c171e3a66f5", "video_llama_3_unshuffle_packed"),
+}
 
 #: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
 ROPE_OWNERS = {"qwen2_5_omni": "Qwen2_5OmniPreTrainedModelForConditionalGeneration",
@@ -102,7 +122,7 @@ WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer", "qwe
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
 INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass", "muse_spark",
-                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe")
+                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe", "paddleocr_vl")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -137,9 +157,10 @@ GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe")
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
     text_model = (f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()
     tower = BORROWED_TOWERS.get(model, model)
+    merger = ("merger_packed",) if model in OWN_MERGERS else ()
     return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
-                 for name in core if name != own and not (name == "rope_index" and model in NO_ROPE_INDEX)
-                 ) + text_model
+                 for name in (*core, *merger)
+                 if name != own and not (name == "rope_index" and model in NO_ROPE_INDEX)) + text_model
 
 
 ROWS = (
@@ -169,7 +190,8 @@ ROWS = (
                 trigger=f"transformers.models.{model}.modeling_{model}",
                 target=f"{attention}.forward",
                 mode="rewrite",
-                replacement="autopatch.areas.packed_vision.packed:packed_attention_one_call",
+                replacement="autopatch.areas.packed_vision.packed:"
+                + ("packed_attention_loop_one_call" if model in LOOP_ATTENTION else "packed_attention_one_call"),
                 requires=PACKED_VISION_REQUIRES,
                 fingerprints=(attention_fingerprint,),
                 needs=_companions(model, "attention_packed"),
@@ -219,6 +241,23 @@ ROWS = (
                         "positions and deltas for every token at once; audio and video prompts keep the original."),
             ),) if rope_index else ()),
         )
+    ),
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{model}_merger_packed",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=merger,
+            mode="route",
+            replacement=f"autopatch.areas.packed_vision.packed:{replacement}",
+            requires=PACKED_VISION_REQUIRES,
+            fingerprints=(fingerprint,),
+            needs=_companions(model, "merger_packed"),
+            reason=f"{merger} splits the tower's patches per image with grid_thw.tolist() sizes and merges "
+            "each image's blocks in a loop, which fixes the number of images and their sizes. The same blocks at "
+            "once: every merged token gathers its patches from the packed sequence.",
+        )
+        for model, (merger, fingerprint, replacement) in OWN_MERGERS.items()
     ),
     *(
         PatchSpec(
@@ -436,15 +475,27 @@ SUMMARIES = (
         'block-diagonal mask). The number of images, their grids, the batch and the text length stay '
         'dynamic; give `pixel_values` a `4 * Dim(...)` size (four patches merge into one token). Strict '
         'export of all but Qwen2.5-VL also needs `_placeholder_check_packed`: Dynamo fixes the '
-        "image size while formatting a check's message, and does not say so. The attention and "
-        'placeholder sources are shared by other 5.23 VLMs (PaddleOCR-VL, Video-LLaMA-3...) with attention '
-        "or features of their own, which have no rows yet. On 4.57 each of the "
+        "image size while formatting a check's message, and does not say so. On 4.57 each of the "
         'three has `_4x` rows for the same problems in its own sources (rotary positions and a frequency '
         'table as long as the largest grid side, the per-frame attention, the feature split, a Python `if` '
         'on the placeholder count, and the rope index, '
         "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
         "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
         '(`_position_grid_4x`).',
+    ),
+    (
+        ('transformers.vision.paddleocr_vl_*', 'transformers.vision.video_llama_3_*'),
+        "PaddleOCR-VL and Video-LLaMA-3 (5.23): SigLIP towers packed the Qwen2-VL way, taking the rows above "
+        "(positions; PaddleOCR-VL's position-grid resampling; its rope index, Qwen2-VL's source; the feature split, "
+        "Video-LLaMA-3's by a merge size per image), their shared attention in a loop form that also lists each "
+        "frame's map (`_attention_packed`: one call with the block-diagonal mask; the maps, read only when "
+        "attentions are asked for under eager attention, come as one map of the whole sequence). Each merges its "
+        "images' blocks image by image over `grid_thw.tolist()` (`_merger_packed`): PaddleOCR-VL's projector "
+        "concatenates each block's patches (every merged token gathers them at once), Video-LLaMA-3 shrinks each "
+        "image by its merge size with bilinear interpolation (at that exact factor, the mean of the block's middle "
+        "patches). Video-LLaMA-3's text model numbers positions with arange: no rope index row; give its "
+        "`pixel_values` a `Dim` of their own (an image merged 1x1, its processor's default, has any number of "
+        "patches).",
     ),
     (
         ('transformers.vision.exaone4_5_*_packed',),
