@@ -1,10 +1,10 @@
 """transformers.vision.<model>_*_packed and <model>_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5
 prefills (5.23), models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
 GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Muse Glimmer, Kimi-K2.5 and
-the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL and Video-LLaMA-3 (SigLIP towers packed the same way,
-each merging its images' blocks in a method of its own), and the three Qwen models' on 4.57 (``*_4x`` rows), whose
-images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the text
-length all dynamic.
+the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL, Video-LLaMA-3 and LFM3-VL (towers packed the same
+way, each reading the grid image by image in code of its own), and the three Qwen models' on 4.57 (``*_4x`` rows),
+whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the
+text length all dynamic.
 
 Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
 chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
@@ -52,8 +52,7 @@ def _rows(model):
         rows.append(f"transformers.vision.{model}_windows_packed")
     if tower in packed_rows.INTERPOLATION_MODELS:
         rows.append(f"transformers.vision.{tower}_interpolation_packed")
-    if model in packed_rows.OWN_MERGERS:  # PaddleOCR-VL's projector
-        rows.append(f"transformers.vision.{model}_merger_packed")
+    rows += [f"transformers.vision.{model}_{row.name}" for row in packed_rows.OWN_ROWS if row.model == model]
     if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
     return tuple(rows)
@@ -77,8 +76,9 @@ def _selected(rows):
 NO_CACHE_WHEN_STRICT = packed_rows.GATED_DELTA_TEXT
 
 
-#: Rows a model's text model needs beside (in both halves): EXAONE 4.5's sliding-window layers fill their cache.
-TEXT_ROWS = {"exaone4_5": ("transformers.cache.sliding_update",)}
+#: Rows a model's text model needs beside (in both halves): EXAONE 4.5's and LFM3's sliding-window layers fill their
+#: cache.
+TEXT_ROWS = {"exaone4_5": ("transformers.cache.sliding_update",), "lfm3_vl": ("transformers.cache.sliding_update",)}
 
 
 def packed_case(model, rows, beside=("pytree",), strict=False):
@@ -273,6 +273,24 @@ def test_video_llama_3_unshuffle_equals_upstream():
         expected = tower.pixel_unshuffle(hidden, grids, torch.tensor(merges))  # outside export: upstream's
         got = packed.video_llama_3_unshuffle_packed(tower, hidden, grids, torch.tensor(merges))
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@V5
+@pytest.mark.parametrize("kernel", [3, 5])  # the class default, and a wider one (padding 2)
+def test_lfm3_vl_convolution_equals_upstream(kernel):
+    """Every patch summing its neighbours in the packed sequence is upstream's per-image depthwise convolution
+    (zero padding at every frame's edges), several frames and images in one batch."""
+    from transformers.models.lfm3_vl.modeling_lfm3_vl import Lfm3VlVisionShortConv
+
+    config = packed_vlms.build("lfm3_vl").config.vision_config
+    config.conv_kernel_size = kernel
+    torch.manual_seed(0)
+    conv = Lfm3VlVisionShortConv(config, layer_idx=0).eval()
+    for grids in _random_grids(random.Random(7), count=30):
+        hidden = torch.randn(int(grids.prod(-1).sum()), config.hidden_size)
+        with torch.no_grad():  # outside export: upstream's forward
+            expected, got = conv(hidden, grids.tolist()), packed.lfm3_vl_conv_packed(conv, hidden, grids)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
 # Not the models of another's very sources (SAME_SOURCES): the same rows over the same code, at a subprocess each.

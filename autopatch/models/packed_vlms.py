@@ -4,9 +4,9 @@ definition for the tests and any tool that builds them.
     NAMES_5    Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 as transformers 5.13+ configures them, and eight
                models built from their sources: Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE, GLM-OCR,
                GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves), and EXAONE 4.5 (Qwen2.5-VL's
-               tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL and
+               tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL,
                Video-LLaMA-3 (SigLIP towers packed the same way, one frame per patch; Video-LLaMA-3 takes a merge
-               size per image)
+               size per image) and LFM3-VL (convolution and attention layers in its tower)
     NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
 
 An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
@@ -24,7 +24,8 @@ MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
-           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3")
+           "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3",
+           "lfm3_vl")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -133,6 +134,13 @@ def _config(name):
             vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                            "patch_size": 4},
             text_config={**TEXT, "model_type": "qwen2"}, image_token_id=IMAGE, video_token_id=VIDEO)
+    if name == "lfm3_vl":  # the classes' layer patterns: the tower's two convolutions, an attention layer, one
+        # more convolution; the text model's convolution, attention and sliding-window layers
+        return t.Lfm3VlConfig(
+            vision_config={**OTHER_TOWER, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2},
+            text_config={**TEXT, "num_hidden_layers": 5, "head_dim": 16, "pad_token_id": 0, "bos_token_id": 1,
+                         "eos_token_id": 1}, projector_hidden_size=64,
+            image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -152,7 +160,7 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "glm46v": "Glm46VForConditionalGeneration", "cosmos3_omni": "Cosmos3OmniForConditionalGeneration",
                "exaone4_5": "Exaone4_5_ForConditionalGeneration",
                "paddleocr_vl": "PaddleOCRVLForConditionalGeneration",
-               "video_llama_3": "VideoLlama3ForConditionalGeneration"}
+               "video_llama_3": "VideoLlama3ForConditionalGeneration", "lfm3_vl": "Lfm3VlForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -188,7 +196,7 @@ def prefill(grids, text_len, seed, merges=None):
 
 
 #: The models that find images by their tokens, without mm_token_type_ids: 4.57's, and EXAONE 4.5 (no rope index).
-WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3")
+WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3", "lfm3_vl")
 
 #: The models that take a merge size per image (image_merge_sizes): each set's, the traced one first. Video-LLaMA-3's
 #: processor merges images 1x1 (videos 2x2); the first run set merges one image 2x2 too.
@@ -228,11 +236,16 @@ def _merges(name, index):
     return MERGE_SIZES[name][index] if name in MERGE_SIZES else None
 
 
+#: Models whose text needs more than 4 tokens: LFM3's convolution cache holds 7 steps (conv_L_cache), a shorter
+#: prompt pads it (a branch).
+SEQ_MIN = {"lfm3_vl": 7}
+
+
 def dynamic_shapes(name):
     """Everything the packing reads dynamic: batch, text length, merged patches and images. The text is at least 4
     long: Qwen3.5's prompt shorter than its convolution kernel (4) pads the linear-attention cache's state, a
     branch."""
-    batch, seq, images = Dim("batch"), Dim("seq", min=4), Dim("images")
+    batch, seq, images = Dim("batch"), Dim("seq", min=SEQ_MIN.get(name, 4)), Dim("images")
     shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
               "mm_token_type_ids": {0: batch, 1: seq}, "pixel_values": {0: MERGE**2 * Dim("merged")},
               "image_grid_thw": {0: images}}

@@ -17,7 +17,8 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
 - (Muse Spark, Muse Glimmer) the merge blocks' gather index is built image by image, and the tower reorders its
   patches by the window index, whose length is data; (Kimi-K2.5) the temporal table's per-patch index and the
   patches each merged token pools are built image by image; (PaddleOCR-VL, Video-LLaMA-3) the tower's output is
-  split per image with ``.tolist()`` sizes and each image's blocks merged in a loop.
+  split per image with ``.tolist()`` sizes and each image's blocks merged in a loop; (LFM3-VL) the tower hands its
+  depthwise convolutions ``grid_thw.tolist()``, and they raster each frame to its grid in a loop.
 
 The replacements compute the same values with tensor arithmetic over every patch or token at once, so the number of
 images, their sizes, the batch and the sequence stay symbolic. Patch-wise: a patch finds its image by
@@ -277,6 +278,67 @@ def packed_attention_loop_one_call(attention_forward):
     })
 
 
+#: LFM3-VL's per-chunk call (the loop form, the caller's attention mask passed to every chunk, no dropout).
+_PER_CHUNK_MASKED = (
+    "attn_output, attn_weight = attention_interface(self, q, k, v, attention_mask={mask}, scaling=self.scaling, "
+    "dropout=0.0, is_causal=False, **kwargs)"
+)
+
+
+def masked_attention_loop_one_call(attention_forward):
+    """``packed_attention_loop_one_call`` for LFM3-VL's vision attention (5.23), whose chunks take the caller's
+    ``attention_mask``. Its tower passes none; the rewrite checks so, since a mask would have to be combined with
+    the block-diagonal one."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(attention_forward, {
+        "cos, sin = position_embeddings":
+        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == input_shape[0])\n"
+        "torch._check(attention_mask is None)",
+        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
+        _PER_CHUNK_MASKED.format(mask="attention_mask"):
+        _PER_CHUNK_MASKED.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
+    })
+
+
+def lfm3_vl_tower_grid_tensor(tower_forward):
+    """A rewriter for ``Lfm3VlVisionModel.forward`` (5.23): it reads ``grid_thw.tolist()`` once to hand its
+    convolution layers each frame's size, which fixes the number of images and their sizes. Rewritten from the
+    source: the layers get the grid tensor (``lfm3_vl_conv_packed`` reads it as data)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(tower_forward, {"grid_thw_list = grid_thw.tolist()": "grid_thw_list = grid_thw"})
+
+
+def lfm3_vl_conv_packed(self, hidden_states, grid_thw, **kwargs):
+    """``Lfm3VlVisionShortConv.forward`` (5.23) without the loop over images: upstream rasters each image's frames
+    to their grid, convolves them depthwise (zero padding) and goes back to the patches' block-major order. Here
+    every patch sums its ``k x k`` neighbours in the same frame, found by their place in the packed sequence, with
+    the kernel's weights (the convolution's cross-correlation); a neighbour outside the frame counts zero, as the
+    padding does. ``grid_thw`` is the tensor (``lfm3_vl_tower_grid_tensor``) or upstream's list."""
+    if not isinstance(grid_thw, torch.Tensor):
+        grid_thw = torch.tensor(grid_thw, device=hidden_states.device)
+    input_gate, output_gate, conv_input = self.in_proj(hidden_states).chunk(3, dim=-1)
+    gated = input_gate * conv_input
+    merge, kernel = self.spatial_merge_size, self.spatial_conv.weight  # kernel: [channels, 1, k, k]
+    side, pad = kernel.shape[-1], self.spatial_conv.padding[0]
+    image, frame, row, column = _patch_layout(grid_thw, merge)
+    rows, columns = grid_thw[image, 1], grid_thw[image, 2]
+    patches = grid_thw.prod(-1)
+    frame_first = (patches.cumsum(0) - patches)[image] + frame * rows * columns
+    total = None
+    for dy in range(side):
+        for dx in range(side):
+            r, c = row + dy - pad, column + dx - pad
+            inside = (r >= 0) & (r < rows) & (c >= 0) & (c < columns)
+            r, c = r.clamp(min=0) % rows, c.clamp(min=0) % columns  # any place in the frame: masked out below
+            neighbour = frame_first + ((r // merge) * (columns // merge) + c // merge) * merge * merge + (
+                r % merge) * merge + c % merge
+            term = gated[neighbour] * inside[:, None].to(gated.dtype) * kernel[:, 0, dy, dx]
+            total = term if total is None else total + term
+    return self.out_proj(output_gate * total)
+
+
 def paddleocr_projector_packed(self, image_features, image_grid_thw):
     """``PaddleOCRProjector.forward`` (5.23) without the loop over ``image_grid_thw.tolist()`` sizes: upstream
     normalizes each image's patches (laid out frame by frame, row-major), cuts them into ``m1 x m2`` blocks and
@@ -375,6 +437,12 @@ def paddleocr_image_features(get_image_features):
     (``image_embeds``) and splits it by the vision config's merge size."""
     return _features_one_element(get_image_features, "image_embeds", split_sizes=(
         "split_sizes = (image_grid_thw.prod(-1) // self.config.vision_config.spatial_merge_size**2).tolist()"))
+
+
+def lfm3_vl_image_features(get_image_features):
+    """The same for LFM3-VL's ``get_image_features`` (5.23), which projects the tower's output
+    (``image_features``) and splits it through ``self.vision_tower``."""
+    return _features_one_element(get_image_features, "image_features", tower="vision_tower")
 
 
 def kernel_merged_image_features(get_image_features):

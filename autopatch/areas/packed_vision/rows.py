@@ -77,18 +77,38 @@ PACKED_VISION_MODELS = (
     # downsampling after the tower, own row below); its Qwen2 text model numbers positions with arange.
     PackedModel("video_llama_3", "VideoLlama3VisionAttention", "6bc4e6ecf80c", "VideoLlama3Model",
                 "ab01c4769579", "video_llama_3_image_features", None, None),
+    # LFM3-VL: a tower of gated depthwise convolutions over each frame's grid (own rows below) and attention layers
+    # (the loop form, the caller's mask passed to each chunk); its text model numbers positions with arange.
+    PackedModel("lfm3_vl", "Lfm3VlVisionAttention", "ec0556705d2f", "Lfm3VlModel",
+                "57d08292cba4", "lfm3_vl_image_features", None, None),
 )
 
-#: Of PACKED_VISION_MODELS, those whose vision attention is the loop form of the shared one (it also lists each
-#: frame's attention map): its own rewriter.
-LOOP_ATTENTION = ("paddleocr_vl", "video_llama_3")
+#: Of PACKED_VISION_MODELS, those whose vision attention is a loop form of the shared one (it also lists each
+#: frame's attention map): model -> its rewriter (the others': packed_attention_one_call).
+LOOP_ATTENTION = {"paddleocr_vl": "packed_attention_loop_one_call", "video_llama_3": "packed_attention_loop_one_call",
+                  "lfm3_vl": "masked_attention_loop_one_call"}
 
-#: Of PACKED_VISION_MODELS, those that merge each image's blocks of patches in a method of their own, image by
-#: image over grid_thw.tolist(): model -> (that method, its fingerprint, replacement).
-OWN_MERGERS = {
-    "paddleocr_vl": ("PaddleOCRProjector.forward", "0678f21e18ed", "paddleocr_projector_packed"),
-    "video_llama_3": ("VideoLlama3VisionModel.pixel_unshuffle", "5c171e3a66f5", "video_llama_3_unshuffle_packed"),
-}
+#: Of PACKED_VISION_MODELS, rows for code of a model's own that reads the grid image by image. Columns: model, row
+#: name (``transformers.vision.<model>_<name>``), target, mode, replacement, its fingerprint, reason.
+OwnRow = table_row("OwnRow", ("model", "name", "target", "mode", "replacement", "fingerprint", "reason"))
+OWN_ROWS = (
+    OwnRow("paddleocr_vl", "merger_packed", "PaddleOCRProjector.forward", "route", "paddleocr_projector_packed",
+           "0678f21e18ed", "PaddleOCRProjector.forward splits the tower's patches per image with .tolist() sizes and "
+           "concatenates each image's merge blocks in a loop, which fixes the number of images and their sizes. "
+           "The same blocks at once: every merged token gathers its patches from the packed sequence."),
+    OwnRow("video_llama_3", "merger_packed", "VideoLlama3VisionModel.pixel_unshuffle", "route",
+           "video_llama_3_unshuffle_packed", "5c171e3a66f5", "VideoLlama3VisionModel.pixel_unshuffle splits the "
+           "tower's patches per image with .tolist() sizes and shrinks each image by its merge size (bilinear) in a "
+           "loop. At that exact factor a merged token is the mean of its block's middle patches: all at once."),
+    OwnRow("lfm3_vl", "tower_grid", "Lfm3VlVisionModel.forward", "rewrite", "lfm3_vl_tower_grid_tensor",
+           "340f30b3a68e", "Lfm3VlVisionModel.forward reads grid_thw.tolist() for its convolution layers, which "
+           "fixes the number of images and their sizes. Rewritten from the source: the layers get the grid "
+           "tensor (transformers.vision.lfm3_vl_conv_packed reads it as data)."),
+    OwnRow("lfm3_vl", "conv_packed", "Lfm3VlVisionShortConv.forward", "route", "lfm3_vl_conv_packed",
+           "fb02abf6859b", "Lfm3VlVisionShortConv.forward rasters each image's frames to their grid and convolves "
+           "them depthwise in a loop over the images. The same convolution at once: every patch sums its k x k "
+           "neighbours in its frame, found by their place in the packed sequence (zero outside, as the padding)."),
+)
 
 #: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
 ROPE_OWNERS = {"qwen2_5_omni": "Qwen2_5OmniPreTrainedModelForConditionalGeneration",
@@ -111,7 +131,8 @@ PACKED_VISION_REQUIRES = ("transformers>=5.13", "torch>=2.9")
 PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe2", "glm4v": "be2b76473392",
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
-                            "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3"}
+                            "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3",
+                            "lfm3_vl": "e96fc4bdcbe2"}
 
 #: Of those, the models whose text model has no 3-axis rope index (positions by arange): no rope row.
 NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
@@ -157,9 +178,9 @@ GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe")
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
     text_model = (f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()
     tower = BORROWED_TOWERS.get(model, model)
-    merger = ("merger_packed",) if model in OWN_MERGERS else ()
+    model_rows = tuple(row.name for row in OWN_ROWS if row.model == model)
     return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
-                 for name in (*core, *merger)
+                 for name in (*core, *model_rows)
                  if name != own and not (name == "rope_index" and model in NO_ROPE_INDEX)) + text_model
 
 
@@ -191,7 +212,7 @@ ROWS = (
                 target=f"{attention}.forward",
                 mode="rewrite",
                 replacement="autopatch.areas.packed_vision.packed:"
-                + ("packed_attention_loop_one_call" if model in LOOP_ATTENTION else "packed_attention_one_call"),
+                + LOOP_ATTENTION.get(model, "packed_attention_one_call"),
                 requires=PACKED_VISION_REQUIRES,
                 fingerprints=(attention_fingerprint,),
                 needs=_companions(model, "attention_packed"),
@@ -244,20 +265,18 @@ ROWS = (
     ),
     *(
         PatchSpec(
-            id=f"transformers.vision.{model}_merger_packed",
+            id=f"transformers.vision.{row.model}_{row.name}",
             family="transformers",
-            trigger=f"transformers.models.{model}.modeling_{model}",
-            target=merger,
-            mode="route",
-            replacement=f"autopatch.areas.packed_vision.packed:{replacement}",
+            trigger=f"transformers.models.{row.model}.modeling_{row.model}",
+            target=row.target,
+            mode=row.mode,
+            replacement=f"autopatch.areas.packed_vision.packed:{row.replacement}",
             requires=PACKED_VISION_REQUIRES,
-            fingerprints=(fingerprint,),
-            needs=_companions(model, "merger_packed"),
-            reason=f"{merger} splits the tower's patches per image with grid_thw.tolist() sizes and merges "
-            "each image's blocks in a loop, which fixes the number of images and their sizes. The same blocks at "
-            "once: every merged token gathers its patches from the packed sequence.",
+            fingerprints=(row.fingerprint,),
+            needs=_companions(row.model, row.name),
+            reason=row.reason,
         )
-        for model, (merger, fingerprint, replacement) in OWN_MERGERS.items()
+        for row in OWN_ROWS
     ),
     *(
         PatchSpec(
@@ -484,18 +503,21 @@ SUMMARIES = (
         '(`_position_grid_4x`).',
     ),
     (
-        ('transformers.vision.paddleocr_vl_*', 'transformers.vision.video_llama_3_*'),
-        "PaddleOCR-VL and Video-LLaMA-3 (5.23): SigLIP towers packed the Qwen2-VL way, taking the rows above "
-        "(positions; PaddleOCR-VL's position-grid resampling; its rope index, Qwen2-VL's source; the feature split, "
-        "Video-LLaMA-3's by a merge size per image), their shared attention in a loop form that also lists each "
-        "frame's map (`_attention_packed`: one call with the block-diagonal mask; the maps, read only when "
-        "attentions are asked for under eager attention, come as one map of the whole sequence). Each merges its "
-        "images' blocks image by image over `grid_thw.tolist()` (`_merger_packed`): PaddleOCR-VL's projector "
-        "concatenates each block's patches (every merged token gathers them at once), Video-LLaMA-3 shrinks each "
-        "image by its merge size with bilinear interpolation (at that exact factor, the mean of the block's middle "
-        "patches). Video-LLaMA-3's text model numbers positions with arange: no rope index row; give its "
+        ('transformers.vision.paddleocr_vl_*', 'transformers.vision.video_llama_3_*', 'transformers.vision.lfm3_vl_*'),
+        "PaddleOCR-VL, Video-LLaMA-3 and LFM3-VL (5.23): towers of their own packed the Qwen2-VL way, taking the "
+        "rows above (positions; PaddleOCR-VL's position-grid resampling; its rope index, Qwen2-VL's source; the "
+        "feature split, Video-LLaMA-3's by a merge size per image; LFM3-VL's strict export, the placeholder "
+        "message), with their attention in a loop form that also lists each frame's map (`_attention_packed`: one "
+        "call with the block-diagonal mask; the maps, read only when attentions are asked for under eager "
+        "attention, come as one map of the whole sequence). Each reads the grid image by image in code of its "
+        "own: PaddleOCR-VL's projector concatenates each merge block's patches (`_merger_packed`: every merged "
+        "token gathers them at once); Video-LLaMA-3 shrinks each image by its merge size with bilinear "
+        "interpolation (`_merger_packed`: at that exact factor, the mean of the block's middle patches); LFM3-VL's "
+        "tower hands its depthwise convolutions `grid_thw.tolist()` (`_tower_grid`: the tensor) and they raster "
+        "each frame (`_conv_packed`: every patch sums its neighbours in the packed sequence). Their text models "
+        "(but PaddleOCR-VL's) number positions with arange: no rope index row. Give Video-LLaMA-3's "
         "`pixel_values` a `Dim` of their own (an image merged 1x1, its processor's default, has any number of "
-        "patches).",
+        "patches) and LFM3-VL's text at least 7 tokens (its convolution cache's length: a shorter prompt pads it).",
     ),
     (
         ('transformers.vision.exaone4_5_*_packed',),
