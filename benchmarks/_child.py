@@ -330,8 +330,13 @@ def _one(argv) -> None:
     if argv[0] == "--arch":  # --arch MODEL_TYPE KIND [--no-onnx] OUT
         import sweep_arch
 
-        result = sweep_arch.run(argv[1], argv[2], onnx="--no-onnx" not in argv[3:-1])
         out = argv[-1]
+
+        def checkpoint(partial):  # what a timeout leaves in OUT: the steps done, the one running
+            with open(out, "w") as f:
+                json.dump(partial, f)
+
+        result = sweep_arch.run(argv[1], argv[2], onnx="--no-onnx" not in argv[3:-1], checkpoint=checkpoint)
     else:
         result = run_case(argv[0], argv[1])
         out = argv[2]

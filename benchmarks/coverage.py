@@ -95,9 +95,9 @@ class Server:
             answer = json.loads(self.proc.stdout.readline() or '{"status": "crash (server died)"}')["status"]
             with open(out) as f:
                 text = f.read()
-            if answer == "timeout":
+            if answer == "timeout":  # with what the case left of its work, if it checkpoints (the sweep's rows)
                 return {"status": "timeout", "error": "no result within the per-case timeout",
-                        "seconds": round(time.perf_counter() - started, 1)}
+                        "seconds": round(time.perf_counter() - started, 1), "partial": json.loads(text or "null")}
             if not text:
                 return {"status": "crash", "error": answer, "seconds": round(time.perf_counter() - started, 1)}
             return json.loads(text)

@@ -117,6 +117,14 @@ def run(args) -> dict:
             return None
         t0 = time.perf_counter()
         row = servers.run(args.python, "autopatch", ["--arch", model_type, kind, *(["--no-onnx"] * args.no_onnx)])
+        partial = row.get("partial") if row.get("status") == "timeout" else None
+        if partial:  # the steps done before the limit stand; the one running is the timeout
+            partial["steps"][partial.pop("running")] = {
+                "verdict": "agent", "outcome": "timeout",
+                "detail": f"no result within the {args.timeout:.0f} s limit of the architecture (every step included)",
+                "seconds": round(time.perf_counter() - t0 - partial["seconds"], 1)}
+            partial["seconds"] = round(time.perf_counter() - t0, 2)
+            return partial
         if row.get("status") in ("timeout", "crash"):  # the process, not a step, ended it
             row = {"model_type": model_type, "kind": kind, "class_name": class_name, "build": "ok",
                    "steps": {"run": {"verdict": "agent" if row["status"] == "timeout" else "harness",

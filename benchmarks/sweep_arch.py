@@ -31,6 +31,7 @@ Every step gets a verdict:
 from __future__ import annotations
 
 import copy
+import os
 import time
 
 from _child import compare, error_text, export_onnx, first_line, fit_to_signature, guess_dynamic_shapes, leaves_of
@@ -48,7 +49,9 @@ class Verdict(Exception):
         self.verdict, self.outcome, self.detail = verdict, outcome, detail
 
 
-def run(model_type: str, kind: str, onnx: bool = True) -> dict:
+def run(model_type: str, kind: str, onnx: bool = True, checkpoint=lambda result: None) -> dict:
+    """The architecture's row. ``checkpoint(row)`` is called before each step with the steps so far and the one
+    about to run (``row["running"]``), so a timeout that kills this process loses that step only."""
     import torch
 
     from autopatch.models import tiny
@@ -67,17 +70,23 @@ def run(model_type: str, kind: str, onnx: bool = True) -> dict:
     except Exception as exc:
         result.update(build=HARNESS, build_error=first_line(exc), seconds=round(time.perf_counter() - started, 2))
         return result
+    def step_of(name, work):
+        checkpoint({**result, "running": name, "seconds": round(time.perf_counter() - started, 2)})
+        if os.environ.get("AUTOPATCH_SWEEP_HANG_AT") == name:  # tests: a step that never ends, deterministically
+            time.sleep(10**6)
+        result["steps"][name] = _timed(work)
+
     programs = {}
     for step in tiny.steps(arch):
-        result["steps"][step] = _timed(lambda: _export_step(model, arch, step, programs))
+        step_of(step, lambda: _export_step(model, arch, step, programs))
     decode = programs.get("decode")
     if decode is not None:
-        result["steps"]["loop"] = _timed(lambda: _loop(model, arch, *decode))
+        step_of("loop", lambda: _loop(model, arch, *decode))
     main = "decode" if "decode" in result["steps"] else tiny.steps(arch)[0]
     if result["steps"][main]["verdict"] == OK:
-        result["steps"]["strict"] = _timed(lambda: _export_step(model, arch, main, {}, strict=True))
+        step_of("strict", lambda: _export_step(model, arch, main, {}, strict=True))
         if onnx:
-            result["steps"]["onnx"] = _timed(lambda: _onnx_step(model, arch, main))
+            step_of("onnx", lambda: _onnx_step(model, arch, main))
     result["seconds"] = round(time.perf_counter() - started, 2)
     return result
 

@@ -8,6 +8,7 @@ asserted."""
 import copy
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -112,6 +113,22 @@ def test_sweep_of_one_architecture_records_its_commit_and_every_step(tmp_path):
     assert "**1 of 1** architectures export every step" in text and "1 through ONNX and onnxruntime" in text
     headline = "\n".join(report.sweep_headline([sweep]))
     assert "**1 of 1** architectures export every step" in headline and report.measured_at(sweep["meta"]) in headline
+
+
+def test_a_step_past_the_time_limit_keeps_the_steps_done_before_it(tmp_path):
+    """The limit is per architecture: a step that never ends (made to hang) is recorded as that step's timeout,
+    beside the steps finished before it, not as one 'run' entry that hides them."""
+    out = tmp_path / "sweep.json"
+    env = {**os.environ, "AUTOPATCH_SWEEP_HANG_AT": "strict"}
+    run = subprocess.run([sys.executable, str(BENCH / "sweep.py"), "--kinds", "causal", "--only", "llama",
+                          "--workers", "1", "--timeout", "40", "--no-onnx", "--no-docs", "--out", str(out)],
+                         check=True, capture_output=True, text=True, timeout=300, env=env)
+    [row] = json.loads(out.read_text())["architectures"]
+    verdicts = {step: (entry["verdict"], entry["outcome"]) for step, entry in row["steps"].items()}
+    assert verdicts == {"prefill": ("ok", "ok"), "decode": ("ok", "ok"), "loop": ("ok", "ok"),
+                        "strict": ("agent", "timeout")}, (row, run.stdout)
+    assert "40 s limit" in row["steps"]["strict"]["detail"] and row["seconds"] >= 40
+    assert " strict    agent " in run.stdout, run.stdout
 
 
 def test_the_readme_figures_are_the_committed_results():
