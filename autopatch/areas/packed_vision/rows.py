@@ -77,6 +77,10 @@ PACKED_VISION_MODELS = (
     # downsampling after the tower, own row below); its Qwen2 text model numbers positions with arange.
     PackedModel("video_llama_3", "VideoLlama3VisionAttention", "6bc4e6ecf80c", "VideoLlama3Model",
                 "ab01c4769579", "video_llama_3_image_features", None, None),
+    # GLM-5-Next: GLM-OCR's tower attention and Qwen2-VL's feature split; its text model numbers positions with
+    # arange.
+    PackedModel("glm5_next", "Glm5NextVisionAttention", "71b4a9b79b30", "Glm5NextModel",
+                "54bb4440fb12", "packed_image_features", None, None),
     # LFM3-VL: a tower of gated depthwise convolutions over each frame's grid (own rows below) and attention layers
     # (the loop form, the caller's mask passed to each chunk); its text model numbers positions with arange.
     PackedModel("lfm3_vl", "Lfm3VlVisionAttention", "ec0556705d2f", "Lfm3VlModel",
@@ -132,7 +136,7 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
                             "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3",
-                            "lfm3_vl": "e96fc4bdcbe2"}
+                            "lfm3_vl": "e96fc4bdcbe2", "glm5_next": "45a611c1fdc8"}
 
 #: Of those, the models whose text model has no 3-axis rope index (positions by arange): no rope row.
 NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
@@ -475,14 +479,15 @@ SUMMARIES = (
             'transformers.vision.glm4v_moe_rope_index', 'transformers.vision.glm_ocr_rope_index',
             'transformers.vision.glm46v_rope_index', 'transformers.vision.cosmos3_omni_rope_index',
             'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
-            'transformers.vision.qwen3_vl_*_4x',
+            'transformers.vision.qwen3_vl_*_4x', 'transformers.vision.glm5_next_*',
         ),
         "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
         "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), and "
-        "seven models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
+        "eight models made of their sources (Qwen3-VL-MoE and Cohere's Compass: Qwen3-VL's; Qwen3.5-MoE: "
         "Qwen3.5's, with `transformers.qwen3_5_moe.gated_delta_scan`; GLM-4V-MoE and GLM-OCR: GLM-4V's, "
         "GLM-OCR's attention with query and key norms added; GLM-4.6V and Cosmos3-Omni build GLM-4V's and "
-        "Qwen3-VL's towers themselves, whose rows serve them: theirs are the features and the rope index), "
+        "Qwen3-VL's towers themselves, whose rows serve them: theirs are the features and the rope index; "
+        "GLM-5-Next: GLM-OCR's tower attention and Qwen2-VL's split, its text numbering positions with arange), "
         'whose images are packed into one patch sequence: upstream reads `image_grid_thw` and '
         '`mm_token_type_ids` in Python (rotary positions per image: `_patch_positions_packed`; attention '
         'chunk by chunk per frame: `_attention_packed`; the features split per image: '
