@@ -195,7 +195,8 @@ def prefill(grids, text_len, seed, merges=None):
             "image_grid_thw": torch.tensor(grids), **({"image_merge_sizes": torch.tensor(merges)} if merges else {})}
 
 
-#: The models that find images by their tokens, without mm_token_type_ids: 4.57's, and EXAONE 4.5 (no rope index).
+#: The models that find images by their tokens, without mm_token_type_ids: 4.57's, and those without a rope index
+#: (EXAONE 4.5, Video-LLaMA-3, LFM3-VL).
 WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3", "lfm3_vl")
 
 #: The models that take a merge size per image (image_merge_sizes): each set's, the traced one first. Video-LLaMA-3's
@@ -226,13 +227,13 @@ def others(name):
     """The sets a program is run at: other numbers of images, grids (a two-frame image, unequal rows), batches
     and text lengths. GLM-4V's have one frame per image, as its processor makes them (its tower's position
     resampling reads the grid of each frame's index, so a two-frame image is misread in eager too)."""
-    one_frame = name.startswith("glm")
-    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if one_frame else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
+    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name.startswith("glm") else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
     return [for_model(name, prefill(first, text_len=7, seed=1, merges=_merges(name, 1))),
             for_model(name, prefill([(1, 6, 6)], 3, seed=2, merges=_merges(name, 2)))]
 
 
 def _merges(name, index):
+    """The merge sizes of ``name``'s ``index``-th set (0: traced), None where it takes none."""
     return MERGE_SIZES[name][index] if name in MERGE_SIZES else None
 
 
