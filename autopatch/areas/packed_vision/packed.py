@@ -237,21 +237,28 @@ _PER_CHUNK = (
 )
 
 
+def _one_chunk(attention_forward, per_chunk: str, mask: str = "None", length: str = "seq_length", check: str = ""):
+    """``attention_forward`` with its per-frame chunks one chunk: the split becomes the whole q/k/v, the per-chunk
+    call ``per_chunk`` (``{mask}`` where it passes ``mask``) gets the block-diagonal mask from ``cu_seqlens``, and
+    the rotary table's length is stated equal to the sequence's ``length`` (both count the patches), before
+    ``check``."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(attention_forward, {
+        "cos, sin = position_embeddings": f"cos, sin = position_embeddings\ntorch._check(cos.shape[0] == {length})"
+        + (f"\n{check}" if check else ""),
+        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
+        per_chunk.format(mask=mask): per_chunk.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
+    })
+
+
 def packed_attention_one_call(attention_forward):
     """A rewriter for the vision attention forward shared by Qwen2-VL-style towers (5.23): its non-flash path
     splits q/k/v per frame with ``lengths.tolist()`` and attends chunk by chunk. Rewritten from the source: one
     chunk (the whole sequence) with a block-diagonal mask built from ``cu_seqlens``, and the rotary table's
     length stated equal to the sequence (both count the patches). The flash path, which takes ``cu_seqlens``
     itself, is unchanged."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(attention_forward, {
-        "cos, sin = position_embeddings":
-        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == seq_length)",
-        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
-        _PER_CHUNK.format(mask="None"):
-        _PER_CHUNK.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
-    })
+    return _one_chunk(attention_forward, _PER_CHUNK)
 
 
 #: The same per-chunk call in the loop form of that forward (PaddleOCR-VL's and Video-LLaMA-3's towers, one source),
@@ -267,15 +274,7 @@ def packed_attention_loop_one_call(attention_forward):
     5.23), which also lists each chunk's attention map. The output is the same; the maps (eager attention only,
     read when a caller asks for attentions) come as one map of the whole sequence, zero between frames, where
     upstream lists one map per frame."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(attention_forward, {
-        "cos, sin = position_embeddings":
-        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == seq_length)",
-        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
-        _PER_CHUNK_LOOP.format(mask="None"):
-        _PER_CHUNK_LOOP.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
-    })
+    return _one_chunk(attention_forward, _PER_CHUNK_LOOP)
 
 
 #: LFM3-VL's per-chunk call (the loop form, the caller's attention mask passed to every chunk, no dropout).
@@ -289,16 +288,8 @@ def masked_attention_loop_one_call(attention_forward):
     """``packed_attention_loop_one_call`` for LFM3-VL's vision attention (5.23), whose chunks take the caller's
     ``attention_mask``. Its tower passes none; the rewrite checks so, since a mask would have to be combined with
     the block-diagonal one."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(attention_forward, {
-        "cos, sin = position_embeddings":
-        "cos, sin = position_embeddings\ntorch._check(cos.shape[0] == input_shape[0])\n"
-        "torch._check(attention_mask is None)",
-        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
-        _PER_CHUNK_MASKED.format(mask="attention_mask"):
-        _PER_CHUNK_MASKED.format(mask="__autopatch_rt.block_diagonal_mask(cu_seqlens, q)"),
-    })
+    return _one_chunk(attention_forward, _PER_CHUNK_MASKED, mask="attention_mask", length="input_shape[0]",
+                      check="torch._check(attention_mask is None)")
 
 
 def lfm3_vl_tower_grid_tensor(tower_forward):
