@@ -43,6 +43,12 @@ def _total(ends) -> int:
     return total
 
 
+def _firsts(counts, group):
+    """For items laid out group after group (``counts[g]`` items in group g): the index of the first item of each
+    entry of ``group`` (an exclusive cumulative sum, gathered)."""
+    return (counts.cumsum(0) - counts)[group]
+
+
 def _locate(counts):
     """For items laid out group after group (``counts[g]`` items in group g): each item's group and its index in
     that group, by ``searchsorted`` over the cumulative counts (no loop over the groups)."""
@@ -141,7 +147,7 @@ def packed_temporal_merge_index(grid_thw, kernel_height, kernel_width, kwargs=No
     torch._check_tensor_all(frames == count)  # no message: a message callable stops strict export
     frame = torch.arange(count, device=grid_thw.device)[None, :, None]
     patch = torch.arange(kernel_height * kernel_width, device=grid_thw.device)[None, None, :]
-    start = (clip.cumsum(0) - clip)[image][:, None, None]
+    start = _firsts(clip, image)[:, None, None]
     return (start + frame * (rows * columns)[image][:, None, None]
             + (row[:, None, None] * kernel_height + patch // kernel_width) * width[:, None, None]
             + column[:, None, None] * kernel_width + patch % kernel_width)
@@ -315,8 +321,7 @@ def lfm3_vl_conv_packed(self, hidden_states, grid_thw, **kwargs):
     side, pad = kernel.shape[-1], self.spatial_conv.padding[0]
     image, frame, row, column = _patch_layout(grid_thw, merge)
     rows, columns = grid_thw[image, 1], grid_thw[image, 2]
-    patches = grid_thw.prod(-1)
-    frame_first = (patches.cumsum(0) - patches)[image] + frame * rows * columns
+    frame_first = _firsts(grid_thw.prod(-1), image) + frame * rows * columns
     total = None
     for dy in range(side):
         for dx in range(side):
@@ -343,8 +348,7 @@ def paddleocr_projector_packed(self, image_features, image_grid_thw):
     blocks_per_row, width = columns[image] // m2, columns[image]
     blocks_per_frame = rows[image] // m1 * blocks_per_row
     frame, in_frame = merged // blocks_per_frame, merged % blocks_per_frame
-    patches = frames * rows * columns
-    first = (patches.cumsum(0) - patches)[image] + frame * rows[image] * width  # the block's frame's first patch
+    first = _firsts(frames * rows * columns, image) + frame * rows[image] * width  # the block's frame's first patch
     row = (in_frame // blocks_per_row)[:, None, None] * m1 + torch.arange(m1, device=features.device)[:, None]
     column = (in_frame % blocks_per_row)[:, None, None] * m2 + torch.arange(m2, device=features.device)
     index = first[:, None, None] + row * width[:, None, None] + column
@@ -363,8 +367,7 @@ def video_llama_3_unshuffle_packed(self, hidden_states, grid_thw, merge_sizes):
     merge = merge_sizes.to(grid_thw.dtype)
     image, merged = _locate(frames * (rows // merge) * (columns // merge))
     m = merge[image]
-    patches = frames * rows * columns
-    first = (patches.cumsum(0) - patches)[image] + merged * m * m  # a merged token's block: m*m patches in a row
+    first = _firsts(frames * rows * columns, image) + merged * m * m  # a merged token's block: m*m patches in a row
     low, high = (m - 1) // 2, m // 2
     top = 0.5 * hidden_states[first + low * m + low] + 0.5 * hidden_states[first + low * m + high]
     bottom = 0.5 * hidden_states[first + high * m + low] + 0.5 * hidden_states[first + high * m + high]

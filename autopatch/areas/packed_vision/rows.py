@@ -87,10 +87,11 @@ PACKED_VISION_MODELS = (
                 "57d08292cba4", "lfm3_vl_image_features", None, None),
 )
 
-#: Of PACKED_VISION_MODELS, those whose vision attention is a loop form of the shared one (it also lists each
-#: frame's attention map): model -> its rewriter (the others': packed_attention_one_call).
-LOOP_ATTENTION = {"paddleocr_vl": "packed_attention_loop_one_call", "video_llama_3": "packed_attention_loop_one_call",
-                  "lfm3_vl": "masked_attention_loop_one_call"}
+#: The vision attention sources in a loop form of the shared one (it also lists each frame's attention map), by
+#: the fingerprint in PACKED_VISION_MODELS -> their rewriter; every other source's: packed_attention_one_call.
+#: PaddleOCR-VL's and Video-LLaMA-3's (one source), LFM3-VL's (the caller's mask passed to each chunk).
+ATTENTION_REWRITERS = {"6bc4e6ecf80c": "packed_attention_loop_one_call",
+                       "ec0556705d2f": "masked_attention_loop_one_call"}
 
 #: Of PACKED_VISION_MODELS, rows for code of a model's own that reads the grid image by image. Columns: model, row
 #: name (``transformers.vision.<model>_<name>``), target, mode, replacement, its fingerprint, reason.
@@ -216,7 +217,7 @@ ROWS = (
                 target=f"{attention}.forward",
                 mode="rewrite",
                 replacement="autopatch.areas.packed_vision.packed:"
-                + LOOP_ATTENTION.get(model, "packed_attention_one_call"),
+                + ATTENTION_REWRITERS.get(attention_fingerprint, "packed_attention_one_call"),
                 requires=PACKED_VISION_REQUIRES,
                 fingerprints=(attention_fingerprint,),
                 needs=_companions(model, "attention_packed"),
