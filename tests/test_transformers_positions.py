@@ -5,7 +5,10 @@ A decode step traced with several new tokens (the usual export of a step that ta
 tokens) exports without the rows, but its program refuses every one-token step: torch guarded on the traced value
 of "mask length - past" while checking contiguity. With the rows the program runs one-token and longer steps, left
 padding included, and matches eager (logits and every cache tensor); ONNX through onnxruntime too. Beside them:
-Reformer's axial positions picked per sample in a loop, and 5.x CTRL's table assigned back to its buffer (strict)."""
+Reformer's axial positions picked per sample in a loop, 5.x CTRL's table assigned back to its buffer (strict), and
+Funnel's relative positions listed and pooled in Python, its pooled scores and upsampled tokens lined up through
+views that guard on the traced length (each row's replacement also equal to upstream's function, eager, at every
+length and layout)."""
 
 
 import pytest
@@ -112,3 +115,102 @@ def test_ctrl_strict_decode_fails_without_the_row_and_matches_eager_with_it(make
 
     proving.prove(Proof("ctrl/decode-strict", build_case, rows=("transformers.positions.ctrl_table",),
                         beside=("all",), fails_with="python_type", strict=True), make_agent)
+
+
+# Funnel: the tiny catalogue's FunnelForMaskedLM (its config class's relative-shift attention, <cls> apart,
+# truncated sequence, three blocks and a decoder), traced at length 5: its last block keeps one token beside <cls>
+# and its first pooled scores happen to divide evenly (9 distances over 3 queries), both true at 5 only.
+FUNNEL_ROWS = {  # row: what the export without it does
+    "transformers.positions.funnel_relative": "Constraints violated",  # the length listed: fixed
+    "transformers.positions.funnel_shift": "Guard failed",  # the program refuses the next lengths
+    "transformers.positions.funnel_upsample": "Guard failed",
+}
+
+
+def _funnel_inputs(batch, length, seed):
+    """Right-padded rows (a tokenizer's batch for an encoder), each a pair of segments (token types 0 then 1)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 100, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, length - 2:] = 0  # the first row two tokens shorter
+    types = (torch.arange(length) >= length // 2).long().expand(batch, length).clone()
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def funnel_case(rows, fails_with="", strict=False):
+    def build_case():
+        model = tiny.build(tiny.architecture("funnel", "encoder"))
+        assert model.config.attention_type == "relative_shift" and model.config.separate_cls
+        runs = [_funnel_inputs(3, 7, 2), _funnel_inputs(4, 9, 3), _funnel_inputs(2, 16, 4), _funnel_inputs(3, 6, 5)]
+        return model, _funnel_inputs(2, 5, 0), _funnel_inputs(3, 7, 1), runs
+
+    return Proof("funnel/forward", build_case, rows=rows, beside=("all",), fails_with=fails_with, strict=strict,
+                 fails_at_run=fails_with == "Guard failed")
+
+
+@pytest.mark.parametrize("row", FUNNEL_ROWS)
+def test_funnel_forward_fails_without_each_row(make_agent, row):
+    proving.fails_without(funnel_case((row,), FUNNEL_ROWS[row]), make_agent)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_funnel_forward_matches_eager_at_other_lengths_and_batches_with_the_rows(make_agent, strict):
+    proving.exports_with(funnel_case(tuple(FUNNEL_ROWS), strict=strict), make_agent)
+
+
+FUNNEL_LAYOUTS = [dict(separate_cls=True, truncate_seq=True), dict(separate_cls=True, truncate_seq=False),
+                  dict(separate_cls=False, truncate_seq=False)]
+
+
+@pytest.mark.parametrize("layout", FUNNEL_LAYOUTS, ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()))
+@pytest.mark.parametrize("blocks", [3, 4])
+def test_funnel_replacements_equal_upstream_at_every_length(layout, blocks):
+    """Eager, each replacement against the function it replaces, on every layout the config allows and every
+    length from 1 to 40 upstream's table serves: the relative-position tables (every block's, element for element), the shifted scores
+    and the upsampled tokens, the last two at the sizes the model's own forward hands them (recorded)."""
+    from transformers import FunnelConfig
+    from transformers.models.funnel import modeling_funnel as funnel
+
+    from autopatch.areas.positions import pooled
+
+    config = FunnelConfig(d_model=16, n_head=2, d_head=8, d_inner=32, block_sizes=[1] * blocks, vocab_size=100,
+                          num_decoder_layers=1, **layout)
+    structure = funnel.FunnelAttentionStructure(config).eval()
+    original = funnel.FunnelAttentionStructure.get_position_embeds
+    compared = []
+    for length in range(1, 41):
+        try:
+            expected = original(structure, length, torch.float32, "cpu")
+        except RuntimeError:  # too short for the blocks: upstream's table lacks the rows its distances index
+            continue
+        compared.append(length)
+        got = pooled.funnel_relative_position_embeds(original, structure, length, torch.float32, "cpu")
+        for want, have in zip(expected, got, strict=True):
+            assert want[1] is None if have[1] is None else torch.equal(want[1], have[1])
+            assert torch.equal(want[0], have[0]), (length, layout)
+    assert compared[-1] == 40 and len(compared) >= 40 - 2**blocks
+
+    calls = {"_relative_shift_gather": [], "upsample": []}
+    upstream = {name: getattr(funnel, name) for name in calls}
+
+    def recorder(name):
+        def record(*args, **kwargs):
+            calls[name].append((args, kwargs))
+            return upstream[name](*args, **kwargs)
+        return record
+
+    model = funnel.FunnelForMaskedLM(config).eval()
+    try:
+        for name in calls:
+            setattr(funnel, name, recorder(name))
+        for length in range(2 ** blocks + 1, 2 ** blocks + 12):  # long enough for upstream at every block
+            with torch.no_grad():
+                model(**_funnel_inputs(2, length, length))
+    finally:
+        for name, function in upstream.items():
+            setattr(funnel, name, function)
+    assert calls["_relative_shift_gather"] and calls["upsample"]
+    for args, kwargs in calls["_relative_shift_gather"]:
+        assert torch.equal(pooled.funnel_relative_shift(*args, **kwargs), upstream["_relative_shift_gather"](*args, **kwargs))
+    for args, kwargs in calls["upsample"]:
+        assert torch.equal(pooled.funnel_upsample(*args, **kwargs), upstream["upsample"](*args, **kwargs))

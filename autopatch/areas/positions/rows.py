@@ -2,7 +2,8 @@
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
 ``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch (and pads to a chunk
 length computed by numpy, which strict export cannot follow); 5.x CTRL assigns
-its cast sinusoidal table back to its buffer in forward.
+its cast sinusoidal table back to its buffer in forward; Funnel lists its positions to size its relative
+distances, and lines up its pooled scores and tokens through views that guard on the traced length.
 """
 
 from __future__ import annotations
@@ -81,6 +82,48 @@ ROWS = (
         "self.pos_encoding, which re-registers the buffer: Dynamo stops ('Unsupported python_type() call'). "
         "Rewritten from the source: the cast table kept in a local and indexed from there, the same rows.",
     ),
+    PatchSpec(
+        id="transformers.positions.funnel_relative",
+        family="transformers",
+        trigger="transformers.models.funnel.modeling_funnel",
+        target="FunnelAttentionStructure.get_position_embeds",
+        mode="route",
+        replacement="autopatch.areas.positions.pooled:funnel_relative_position_embeds",
+        requires=("transformers>=4.56",),
+        fingerprints=("d360c73962a2", "9ff34fab794d"),  # 4.57.6 (positions as tensors), 5.23.0 (as lists)
+        reason="Funnel's relative-shift attention lists its positions (5.x: list(range(seq_len)); 4.x: tensors "
+        "whose items bound an arange) and pools them block by block to size its relative distances: the export "
+        "fixes the length ('Constraints violated (input_ids.size()[1])'). The positions are arithmetic "
+        "progressions at every block: the same distances from their first item, stride and count, the length "
+        "kept symbolic.",
+    ),
+    PatchSpec(
+        id="transformers.positions.funnel_shift",
+        family="transformers",
+        trigger="transformers.models.funnel.modeling_funnel",
+        target="_relative_shift_gather",  # looked up in the module by the attention
+        mode="route",
+        replacement="autopatch.areas.positions.pooled:funnel_relative_shift",
+        requires=("transformers>=4.56",),
+        fingerprints=("364b4c81dce3",),  # 4.57.6, 5.23.0
+        reason="Funnel lines the relative-shift scores up with their keys by two reshapes of the last two sizes: "
+        "torch's symbolic reshape guards on whether the distances divide by the pooled queries, true at some "
+        "traced lengths only, and the program refuses the next length ('Guard failed: ... % ... == 0'). The same "
+        "elements through the flat last dimension.",
+    ),
+    PatchSpec(
+        id="transformers.positions.funnel_upsample",
+        family="transformers",
+        trigger="transformers.models.funnel.modeling_funnel",
+        target="upsample",
+        mode="route",
+        replacement="autopatch.areas.positions.pooled:funnel_upsample",
+        requires=("transformers>=4.56",),
+        fingerprints=("dfb7cf311ec6",),  # 4.57.6, 5.23.0
+        reason="Funnel's decoder slices <cls> off the pooled tokens and repeats the rest: the strided slice's "
+        "contiguity check guards on the pooled length being 1 where it is 1 at the traced length, and the program "
+        "refuses other lengths ('Guard failed: (-1 + seq) // 4 == 1'). The same rows gathered by index.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -107,5 +150,14 @@ SUMMARIES = (
         ('transformers.positions.ctrl_table',),
         "`strict=True` on 5.x CTRL: forward assigned its cast sinusoidal table back to its buffer, which Dynamo "
         "cannot follow: the cast table is kept in a local, the same rows indexed.",
+    ),
+    (
+        ('transformers.positions.funnel_relative', 'transformers.positions.funnel_shift',
+         'transformers.positions.funnel_upsample'),
+        "Funnel's relative-shift attention listed its positions (`list(range(seq_len))`, 4.x: tensors that sized "
+        "an `arange`) and pooled them block by block, fixing the length: the same distances from each block's "
+        "first position, stride and count. Its scores were lined up, and its decoder's tokens repeated, through "
+        "views that guard on sizes of the traced length (a divisibility, a pooled length of 1): the same elements "
+        "gathered by index.",
     ),
 )
