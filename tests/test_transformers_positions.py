@@ -117,9 +117,10 @@ def test_ctrl_strict_decode_fails_without_the_row_and_matches_eager_with_it(make
                         beside=("all",), fails_with="python_type", strict=True), make_agent)
 
 
-# Funnel: the tiny catalogue's FunnelForMaskedLM (its config class's relative-shift attention, <cls> apart,
-# truncated sequence, three blocks and a decoder), traced at length 5: its last block keeps one token beside <cls>
-# and its first pooled scores happen to divide evenly (9 distances over 3 queries), both true at 5 only.
+# Funnel: the tiny catalogue's FunnelForMaskedLM config (its config class's relative-shift attention, <cls> apart,
+# truncated sequence, three blocks and a decoder) one layer deep per block and in the decoder (the paths are the
+# blocks', the time the layers'), traced at length 5: its last block keeps one token beside <cls> and its first
+# pooled scores happen to divide evenly (9 distances over 3 queries), both true at 5 only.
 FUNNEL_ROWS = {  # row: what the export without it does
     "transformers.positions.funnel_relative": "Constraints violated",  # the length listed: fixed
     "transformers.positions.funnel_shift": "Guard failed",  # the program refuses the next lengths
@@ -139,8 +140,14 @@ def _funnel_inputs(batch, length, seed):
 
 def funnel_case(rows, fails_with="", strict=False):
     def build_case():
-        model = tiny.build(tiny.architecture("funnel", "encoder"))
-        assert model.config.attention_type == "relative_shift" and model.config.separate_cls
+        from transformers import FunnelForMaskedLM
+
+        config = tiny.tiny_config("funnel")
+        config.block_sizes, config.num_decoder_layers = [1] * len(config.block_sizes), 1
+        torch.manual_seed(0)
+        model = FunnelForMaskedLM(config).eval()
+        assert config.attention_type == "relative_shift" and config.separate_cls and config.truncate_seq
+        assert config.num_blocks == 3 and config.num_hidden_layers == 3
         runs = [_funnel_inputs(3, 7, 2), _funnel_inputs(4, 9, 3), _funnel_inputs(2, 16, 4), _funnel_inputs(3, 6, 5)]
         return model, _funnel_inputs(2, 5, 0), _funnel_inputs(3, 7, 1), runs
 

@@ -109,7 +109,7 @@ ROWS = (
         reason="Funnel lines the relative-shift scores up with their keys by two reshapes of the last two sizes: "
         "torch's symbolic reshape guards on whether the distances divide by the pooled queries, true at some "
         "traced lengths only, and the program refuses the next length ('Guard failed: ... % ... == 0'). The same "
-        "elements through the flat last dimension.",
+        "elements picked by index from the flattened scores.",
     ),
     PatchSpec(
         id="transformers.positions.funnel_upsample",
