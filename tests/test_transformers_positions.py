@@ -173,8 +173,9 @@ FUNNEL_LAYOUTS = [dict(separate_cls=True, truncate_seq=True), dict(separate_cls=
 @pytest.mark.parametrize("blocks", [3, 4])
 def test_funnel_replacements_equal_upstream_at_every_length(layout, blocks):
     """Eager, each replacement against the function it replaces, on every layout the config allows and every
-    length from 1 to 40 upstream's table serves: the relative-position tables (every block's, element for element), the shifted scores
-    and the upsampled tokens, the last two at the sizes the model's own forward hands them (recorded)."""
+    length from 1 to 40 upstream's table serves: the relative-position tables (every block's, element for
+    element), the shifted scores and the upsampled tokens, the last two at the arguments the model's own forward
+    hands them (recorded)."""
     from transformers import FunnelConfig
     from transformers.models.funnel import modeling_funnel as funnel
 
@@ -192,9 +193,10 @@ def test_funnel_replacements_equal_upstream_at_every_length(layout, blocks):
             continue
         compared.append(length)
         got = pooled.funnel_relative_position_embeds(original, structure, length, torch.float32, "cpu")
-        for want, have in zip(expected, got, strict=True):
-            assert want[1] is None if have[1] is None else torch.equal(want[1], have[1])
-            assert torch.equal(want[0], have[0]), (length, layout)
+        for (want, want_pooling), (have, have_pooling) in zip(expected, got, strict=True):
+            assert torch.equal(want, have), (length, layout)
+            assert (have_pooling is None) == (want_pooling is None)
+            assert have_pooling is None or torch.equal(want_pooling, have_pooling), (length, layout)
     assert compared[-1] == 40 and len(compared) >= 40 - 2**blocks
 
     calls = {"_relative_shift_gather": [], "upsample": []}
@@ -217,7 +219,7 @@ def test_funnel_replacements_equal_upstream_at_every_length(layout, blocks):
         for name, function in upstream.items():
             setattr(funnel, name, function)
     assert calls["_relative_shift_gather"] and calls["upsample"]
-    for args, kwargs in calls["_relative_shift_gather"]:
-        assert torch.equal(pooled.funnel_relative_shift(*args, **kwargs), upstream["_relative_shift_gather"](*args, **kwargs))
-    for args, kwargs in calls["upsample"]:
-        assert torch.equal(pooled.funnel_upsample(*args, **kwargs), upstream["upsample"](*args, **kwargs))
+    for name, replacement in (("_relative_shift_gather", pooled.funnel_relative_shift),
+                              ("upsample", pooled.funnel_upsample)):
+        for args, kwargs in calls[name]:
+            assert torch.equal(replacement(*args, **kwargs), upstream[name](*args, **kwargs)), name
