@@ -31,15 +31,15 @@ class _Positions:
         ``truncate_seq`` the last) dropped and the <cls> position ``1 - 2**block`` put first when
         ``separate_cls``. None where the result would not be a progression (it always is: <cls> stands one
         stride before the first kept position)."""
+        step = 2 * self.step
         if not config.separate_cls:
-            return _Positions(self.start, 2 * self.step, (self.count + 1) // 2)
+            return _Positions(self.start, step, (self.count + 1) // 2)
         # [1:] and, truncated, [:-1]; a count of -1 (one position, both dropped) halves to 0, as [] does
         count = self.count - 1 - (1 if config.truncate_seq else 0)
-        kept = _Positions(self.start + self.step, 2 * self.step, (count + 1) // 2)
         cls = 1 - 2**block
-        if kept.start - kept.step != cls:
+        if self.start + self.step - step != cls:  # <cls> one stride before the first kept position
             return None
-        return _Positions(cls, kept.step, kept.count + 1)
+        return _Positions(cls, step, (count + 1) // 2 + 1)
 
 
 def _distances(pos: _Positions, pooled: _Positions, stride: int, shift: int, device):
