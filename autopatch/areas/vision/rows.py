@@ -36,24 +36,34 @@ PLACEHOLDER_MASK_4X_MORE = (
 PLACEHOLDER_MASK_4X = (*(Placeholder4x(model, owner, LLAVA_MASK_4X) for model, owner in PLACEHOLDER_MASK_MODELS),
                        *PLACEHOLDER_MASK_4X_MORE)
 #: The 5.12+ get_placeholder_mask sources whose check formats the feature count into its message (strict export fixes
-#: the image batch to do so): (model, owner, fingerprints, the versions where its strict export fails without the
-#: row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and six
-#: more (Janus among them); Llama 4's, Video-LLaVA's (a second check, for videos) and Chameleon's (its image token
-#: read from a vocabulary mapping) are their own. DeepSeek-VL-Hybrid exports strict on 5.12.1 without the row; Llama
-#: 4's inputs are not built by the tiny catalogue on 5.12.1.
+#: the image batch to do so): (model, the method, fingerprints, the versions where its strict export fails without
+#: the row). Llava's source (5.12.1, 5.23.0: a type hint and torch.full differ) is shared by the models above and
+#: seven more (Janus and Ovis2 among them); Llama 4's, Video-LLaVA's (a second check, for videos), Chameleon's (its
+#: image token read from a vocabulary mapping) and T5Gemma 2's (its encoder's, under another method name) are their
+#: own. DeepSeek-VL-Hybrid exports strict on 5.12.1 without the row; Llama 4's inputs are not built by the tiny
+#: catalogue on 5.12.1.
 LLAVA_MESSAGE = ("c17fb3a6d93c", "f2744c485034")
-MessageModel = table_row("MessageModel", ("model", "owner", "fingerprints", "requires"))
+MessageModel = table_row("MessageModel", ("model", "target", "fingerprints", "requires"))
 PLACEHOLDER_MESSAGE_MODELS = (
-    *(MessageModel(model, owner, LLAVA_MESSAGE, "transformers>=5.12") for model, owner in PLACEHOLDER_MASK_MODELS),
-    MessageModel("aria", "AriaModel", LLAVA_MESSAGE, "transformers>=5.12"),
-    MessageModel("deepseek_vl", "DeepseekVLModel", LLAVA_MESSAGE, "transformers>=5.12"),
-    MessageModel("deepseek_vl_hybrid", "DeepseekVLHybridModel", LLAVA_MESSAGE[1:], "transformers>=5.13"),
-    MessageModel("florence2", "Florence2Model", LLAVA_MESSAGE, "transformers>=5.12"),
-    MessageModel("qianfan_ocr", "QianfanOCRModel", LLAVA_MESSAGE, "transformers>=5.12"),
-    MessageModel("llama4", "Llama4ForConditionalGeneration", ("da7b79cb700d",), "transformers>=5.13"),
-    MessageModel("video_llava", "VideoLlavaModel", ("49eb66c81538", "92fe1b2335c4"), "transformers>=5.12"),
-    MessageModel("janus", "JanusModel", LLAVA_MESSAGE, "transformers>=5.12"),
-    MessageModel("chameleon", "ChameleonModel", ("0ba07318f099", "34028a121490"), "transformers>=5.12"),
+    *(MessageModel(model, f"{owner}.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12")
+      for model, owner in PLACEHOLDER_MASK_MODELS),
+    MessageModel("aria", "AriaModel.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("deepseek_vl", "DeepseekVLModel.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("deepseek_vl_hybrid", "DeepseekVLHybridModel.get_placeholder_mask", LLAVA_MESSAGE[1:],
+                 "transformers>=5.13"),
+    MessageModel("florence2", "Florence2Model.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("qianfan_ocr", "QianfanOCRModel.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("llama4", "Llama4ForConditionalGeneration.get_placeholder_mask", ("da7b79cb700d",),
+                 "transformers>=5.13"),
+    MessageModel("video_llava", "VideoLlavaModel.get_placeholder_mask", ("49eb66c81538", "92fe1b2335c4"),
+                 "transformers>=5.12"),
+    MessageModel("janus", "JanusModel.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12"),
+    MessageModel("chameleon", "ChameleonModel.get_placeholder_mask", ("0ba07318f099", "34028a121490"),
+                 "transformers>=5.12"),
+    MessageModel("ovis2", "Ovis2Model.get_placeholder_mask", LLAVA_MESSAGE, "transformers>=5.12"),
+    # T5Gemma 2's encoder checks its image tokens in a method of another name, with the same f-string message.
+    MessageModel("t5gemma2", "T5Gemma2Encoder.get_image_placeholder_mask",
+                 ("79d77638c303", "56b5f494e6ce"), "transformers>=5.12"),  # 5.12.1, 5.23.0
 )
 
 #: Idefics-family VLMs of 4.x: (model, class prefix, fingerprints of get_image_features on 4.57.6 and on 5.12.1,
@@ -161,16 +171,16 @@ ROWS = (
             id=f"transformers.vision.{model}_placeholder_message",
             family="transformers",
             trigger=f"transformers.models.{model}.modeling_{model}",
-            target=f"{owner}.get_placeholder_mask",
+            target=target,
             mode="rewrite",
             replacement="autopatch.areas.vision.vlm:placeholder_message_lazy",
             requires=(requires,),
             fingerprints=fingerprints,
-            reason=f"strict=True: {owner}.get_placeholder_mask (5.12+) formats the feature count into its check's "
-            "message before the check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
+            reason=f"strict=True: {target} (5.12+) formats the feature count into its check's message before the "
+            "check runs; Dynamo fixes the image batch to do so (the batch 'specialized to a "
             "constant'). Rewritten from the source: the message is a lambda, formatted only on failure.",
         )
-        for model, owner, fingerprints, requires in PLACEHOLDER_MESSAGE_MODELS
+        for model, target, fingerprints, requires in PLACEHOLDER_MESSAGE_MODELS
     ),
     *(
         PatchSpec(
@@ -567,12 +577,14 @@ SUMMARIES = (
             'transformers.vision.florence2_placeholder_message', 'transformers.vision.qianfan_ocr_placeholder_message',
             'transformers.vision.llama4_placeholder_message', 'transformers.vision.video_llava_placeholder_message',
             'transformers.vision.janus_placeholder_message', 'transformers.vision.chameleon_placeholder_message',
+            'transformers.vision.ovis2_placeholder_message', 'transformers.vision.t5gemma2_placeholder_message',
         ),
         '`strict=True` on 5.12 and later: these VLMs (Llava\'s family, Aria, DeepSeek-VL, Florence-2, Qianfan-OCR, '
-        'Janus; Llama 4, Video-LLaVA and Chameleon with sources of their own) have a `get_placeholder_mask` '
-        'whose check formats the feature count into its message before the check runs; Dynamo fixes the '
-        'image batch to do so ("specialized it to be a constant"). Rewritten from the source: each such message '
-        'is a lambda, formatted only when the check fails in eager code.',
+        'Janus, Ovis2; Llama 4, Video-LLaVA and Chameleon with sources of their own; T5Gemma 2\'s encoder in its '
+        '`get_image_placeholder_mask`) have a `get_placeholder_mask` whose check formats the feature count into '
+        'its message before the check runs; Dynamo fixes the image batch to do so ("specialized it to be a '
+        'constant"). Rewritten from the source: each such message is a lambda, formatted only when the check fails '
+        'in eager code.',
     ),
     (
         ('transformers.vision.idefics2_image_features', 'transformers.vision.idefics3_image_features'),
