@@ -144,9 +144,10 @@ def test_state_space_decode_step_with_and_without_its_patch(make_agent, case):
     proving.prove(case, make_agent)
 
 
-def xlstm_case():
+def xlstm_case(strict=False):
     """The catalogue's xLSTM decode step (its own xLSTMCache: matrix memory, normalizer and stabilizer states per
-    layer, a position counter), traced at a batch of 2 with 3 new tokens, run at 3 (2 tokens) and 1 (one)."""
+    layer, a position counter, the model's config), traced at a batch of 2 with 3 new tokens, run at 3 (2 tokens)
+    and 1 (one)."""
     from autopatch.dynamic_shapes import fit_to_signature
     from autopatch.models import tiny
 
@@ -162,13 +163,35 @@ def xlstm_case():
         return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
 
     # built once the agent is on: xLSTM binds its recurrent pass (transformers.xlstm.mlstm_scan) when built
-    return Proof("xlstm/decode", build_case, rows=("pytree.model_cache.xlstm",), fails_with="xLSTMCache",
-                 beside=("all",), built_after_agent=True, shapes=shapes)
+    return Proof("xlstm/decode" + "-strict" * strict, build_case, rows=("pytree.model_cache.xlstm",),
+                 fails_with="xLSTMCache", beside=("all",), built_after_agent=True, shapes=shapes, strict=strict)
 
 
 @requires("transformers>=5.23")  # earlier versions count positions in a Python int (the row's requires)
-def test_xlstm_decode_step_with_and_without_its_cache_row(make_agent):
-    proving.prove(xlstm_case(), make_agent)
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_xlstm_decode_step_with_and_without_its_cache_row(make_agent, strict):
+    """strict=True also needs the cache's config kept as structure Dynamo can hold (it stopped at "xLSTMConfig
+    is not a constant"); its context holds the config's class and settings."""
+    proving.prove(xlstm_case(strict), make_agent)
+
+
+def test_a_config_in_a_cache_travels_as_its_class_and_settings():
+    """A config kept by a cache (xLSTMCache keeps the model's) is frozen into its class and settings: text for
+    torch.export.save, a constant for Dynamo. In the process that flattened it, the very object comes back;
+    from the text alone (another process), an equal config."""
+    from autopatch.areas.pytree import cache_attributes
+    from autopatch.models import tiny
+
+    config = tiny.tiny_config("llama")
+    frozen = cache_attributes.freeze(config)
+    assert frozen[0] == "config" and frozen[1][0] == f"{type(config).__module__}:{type(config).__qualname__}"
+    text = cache_attributes.to_dumpable(frozen)
+    assert cache_attributes.thaw(cache_attributes.from_dumpable(text)) is config
+    rebuilt = cache_attributes._config_from(*cache_attributes.from_dumpable(text)[1])
+    assert type(rebuilt) is type(config) and rebuilt is not config
+    assert rebuilt.to_dict() == config.to_dict()
+    config.num_hidden_layers += 1  # a config may change between exports: frozen again, not remembered
+    assert cache_attributes.freeze(config) != frozen
 
 
 def test_a_dynamic_cache_subclass_defined_after_activation_exports_with_its_own_state(pytree_patches):

@@ -8,10 +8,11 @@ Two kinds of caches need this:
     fail later, in their own code (registry.py says which).
 
 Rule: an attribute that holds a tensor (directly or inside lists, tuples, dicts) is a child: its tensors are
-export inputs. Every other attribute (a flag, a kernel size, a dtype, the layer types) is structure and goes
-to the context, frozen into tuples so that the spec stays hashable.  The exception is a batch size kept as an
-int (``max_batch_size``): that is a per-call value, so it is left out of the context and read back from the
-batch dimension of the first tensor on unflatten; otherwise the traced batch would become a constant.
+export inputs. Every other attribute (a flag, a kernel size, a dtype, the layer types, a config: its class and
+settings) is structure and goes to the context, frozen into tuples so that the spec stays hashable. The
+exception is a batch size kept as an int (``max_batch_size``): that is a per-call value, so it is left out of the
+context and read back from the batch dimension of the first tensor on unflatten; otherwise the traced batch would
+become a constant.
 """
 
 from __future__ import annotations
@@ -34,8 +35,34 @@ def holds_tensor(value) -> bool:
     return False
 
 
+#: The frozen form of each config ``freeze`` last saw, by id, and the config of each frozen form: a cache
+#: unflattened in the process that flattened it gets the very config object back (xLSTMCache keeps the model's),
+#: one loaded from a file an equal one. The configs are kept alive here, so an id is never another object's.
+_FROZEN_CONFIGS: dict = {}
+_CONFIGS: dict = {}
+
+
+def _is_config(value) -> bool:
+    """A transformers config, without importing transformers (imported already if a config exists)."""
+    import sys
+
+    module = sys.modules.get("transformers.configuration_utils")
+    return module is not None and isinstance(value, module.PretrainedConfig)
+
+
 def freeze(value):
     """A hashable, JSON-friendly stand-in for a structural value; ``thaw`` gives back an equal object."""
+    if _is_config(value):
+        # A config object is no constant to Dynamo (strict export stops: "... is not a constant") nor text for
+        # torch.export.save; its class and settings are both. Dynamo cannot follow to_dict: under it, the form
+        # computed when the export flattened its inputs, just before (a config may change between exports).
+        if torch.compiler.is_compiling() and id(value) in _FROZEN_CONFIGS:
+            return _FROZEN_CONFIGS[id(value)]
+        cls = type(value)
+        frozen = ("config", (f"{cls.__module__}:{cls.__qualname__}", freeze(value.to_dict())))
+        _FROZEN_CONFIGS[id(value)] = frozen
+        _CONFIGS[frozen] = value
+        return frozen
     if isinstance(value, list):
         return ("list", tuple(freeze(v) for v in value))
     if isinstance(value, tuple):
@@ -61,7 +88,19 @@ def thaw(frozen):
         return getattr(torch, value)
     if kind == "device":
         return torch.device(value)
+    if kind == "config":
+        return _CONFIGS[frozen] if frozen in _CONFIGS else _config_from(*value)
     return value
+
+
+def _config_from(path: str, settings):
+    import importlib
+
+    module, _, qualname = path.partition(":")
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    return cls.from_dict(thaw(settings))
 
 
 class Attributes(typing.NamedTuple):

@@ -122,7 +122,7 @@ ROWS = (
         requires=("transformers>=5.23", "torch>=2.9"),
         reason="xLSTMCache, which xLSTM keeps in its own module (its recurrent states per layer and a position "
         "counter in a tensor), as an export input or output: its tensor attributes in definition order, the rest "
-        "as structure.",
+        "(its config too, as class and settings) as structure.",
     ),
 )
 
@@ -170,8 +170,9 @@ SUMMARIES = (
     (
         ('pytree.model_cache.xlstm',),
         "xLSTM's own `xLSTMCache` (every layer's matrix memory, normalizer and stabilizer states, and 5.23's "
-        'position counter, a tensor) as an export input or output, flattened by attribute as the caches above: '
-        "a decode step exports and runs at other batches and past lengths. 5.12 and 4.57 count positions in a "
+        'position counter, a tensor) as an export input or output, flattened by attribute as the caches above '
+        "(the model's config it keeps: its class and settings, which strict export can hold as a constant): "
+        "a decode step exports, strict too, and runs at other batches and past lengths. 5.12 and 4.57 count positions in a "
         'Python int, which changes the structure every step: no single program can take it.',
     ),
     (
