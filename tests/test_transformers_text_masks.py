@@ -97,3 +97,98 @@ def test_the_rewrites_give_eager_results_exactly():
         length = torch.tensor([seq, seq - 2, seq - 4])
         expected = model.cpmant._prepare_attention_mask(ids, span, context, length)
         assert torch.equal(rewritten(model.cpmant, ids, span, context, length), expected)
+
+
+#: Qwen4-Exp's indexer (the catalogue's: blocks of 4 keys, a budget of 8 keys, so 2 blocks and a tail per row):
+#: lengths with fewer keys than one block, with more blocks than the budget (where top-k must choose), left-padded
+#: rows. (batch, length) of a prefill; (batch, past, new tokens) of a decode step.
+QWEN4_PREFILL = ((2, 14), (3, 21), (1, 3), (4, 33))
+QWEN4_DECODE = ((2, 13, 3), (3, 18, 2), (1, 3, 1), (2, 30, 1))
+
+
+def qwen4_exp_case(step: str):
+    """``step`` of Qwen4-Exp's text model, padded batches (each set's rows padded by other amounts)."""
+    from autopatch.models import builders
+
+    def build():
+        arch = tiny.architecture("qwen4_exp_text", "causal")
+        config = tiny.tiny_config("qwen4_exp_text")
+        # Its indexed layer alone (the catalogue's also has three linear-attention layers, which the sweep covers
+        # and which take minutes to trace at these lengths); the indexer's own settings as the catalogue's.
+        config.num_hidden_layers, config.layer_types = 1, ["indexed_attention"]
+        torch.manual_seed(0)
+        model = tiny.model_class(arch)(config).eval()
+        if step == "prefill":
+            sets = [builders.prefill_inputs(model, config, batch, seq, seed=k + 1,
+                                            pads=builders.left_pads(batch, seq, k))
+                    for k, (batch, seq) in enumerate(QWEN4_PREFILL)]
+        else:
+            sets = [builders.decode_inputs(model, config, batch, past, seq, seed=k + 1,
+                                           pads=builders.left_pads(batch, past, k))
+                    for k, (batch, past, seq) in enumerate(QWEN4_DECODE)]
+        return model, sets[0], sets[1], sets[1:]
+
+    return Proof(f"qwen4_exp_text/{step}", build, rows=("transformers.masks.qwen4_exp_block_selection",),
+                 fails_with=r"\(\(u\d+//4\)\) > 0", beside=("all",))
+
+
+@requires("transformers>=5.23")
+@pytest.mark.parametrize("step", ["prefill", "decode"])
+def test_qwen4_exp_indexer_fails_without_the_row_and_matches_eager_with_it(make_agent, step):
+    proving.prove(qwen4_exp_case(step), make_agent)
+
+
+@requires("transformers>=5.23")
+def test_qwen4_exp_block_selection_is_the_originals_exactly():
+    """The replacement against the original indexer in eager code, bit for bit: batches of 1 to 3, more keys than
+    queries (a cache), fewer keys than a block, more blocks than the budget, left padding, a sample with no
+    visible key, bool (sdpa) and float (eager) masks. A mask whose rows are not prefixes of their last row's is
+    refused."""
+    from transformers.models.qwen4_exp import modeling_qwen4_exp
+
+    from autopatch.areas.text_masks.indexers import qwen4_exp_block_selection
+
+    arch = tiny.architecture("qwen4_exp_text", "causal")
+    model = tiny.build(arch)
+    indexer = next(m for m in model.modules() if isinstance(m, modeling_qwen4_exp.Qwen4ExpTextQSAIndexer))
+    assert indexer.block_topk * indexer.compress_ratio < 33  # the longest case has more blocks than the budget
+    rotary, hidden = model.model.rotary_emb, model.config.hidden_size
+    generator = torch.Generator().manual_seed(0)
+
+    class Keys:  # the cache's part the indexer reads: earlier keys, then this step's
+        def __init__(self, earlier):
+            self.earlier = earlier
+
+        def update_indexer(self, keys, layer_idx):
+            return torch.cat([self.earlier, keys], dim=1)
+
+    def call(forward, states, mask, earlier):
+        positions = torch.arange(mask.shape[-1]).view(1, 1, -1).expand(3, states.shape[0], -1)
+        with torch.no_grad():
+            return forward(indexer, states, rotary(states, positions), mask, Keys(earlier.clone()))
+
+    cases = 0
+    for batch in (1, 2, 3):
+        for queries, keys in ((1, 1), (1, 3), (5, 5), (3, 11), (2, 14), (1, 17), (13, 13), (2, 33)):
+            for padding in ("none", "left", "empty"):
+                visible = (torch.arange(keys)[None] <= torch.arange(keys - queries, keys)[:, None]).expand(
+                    batch, queries, keys).clone()
+                if padding == "left":
+                    for row in range(batch):
+                        visible[row, :, :int(torch.randint(0, keys, (), generator=generator))] = False
+                elif padding == "empty":
+                    visible[0] = False
+                states = torch.randn(batch, queries, hidden, generator=generator)
+                earlier = torch.randn(batch, keys - queries, indexer.index_head_dim, generator=generator)
+                for mask in (visible[:, None],
+                             torch.zeros(batch, 1, queries, keys).masked_fill(~visible[:, None], -3.4e38)):
+                    expected = call(modeling_qwen4_exp.Qwen4ExpTextQSAIndexer.forward, states, mask, earlier)
+                    assert torch.equal(call(qwen4_exp_block_selection, states, mask, earlier), expected), (
+                        batch, queries, keys, padding, mask.dtype)
+                    cases += 1
+    assert cases == 3 * 8 * 3 * 2
+
+    scattered = torch.ones(2, 1, 4, 9, dtype=torch.bool)
+    scattered[0, 0, 0, 3] = False  # a row that skips a key its last row sees: not a causal mask's structure
+    with pytest.raises(RuntimeError, match="prefix of the keys"):
+        call(qwen4_exp_block_selection, torch.randn(2, 4, hidden), scattered, torch.randn(2, 5, indexer.index_head_dim))

@@ -1,6 +1,7 @@
 """The rows of this area. Text models whose own mask code decides with Python on data or on a size: FSMT drops a
 padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``,
-LongT5 skips its default mask while compiling and then needs it.
+LongT5 skips its default mask while compiling and then needs it, Qwen4-Exp's sparse-attention indexer selects each
+row's keys in a Python loop.
 """
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ ROWS = (
         "did, and its encoder then indexes the missing mask: an export without attention_mask stopped on "
         "\"'NoneType' object is not subscriptable\". The same rewrite: the default mask is built under export.",
     ),
+    PatchSpec(
+        id="transformers.masks.qwen4_exp_block_selection",
+        family="transformers",
+        trigger="transformers.models.qwen4_exp.modeling_qwen4_exp",
+        target="Qwen4ExpTextQSAIndexer.forward",
+        mode="route",
+        replacement="autopatch.areas.text_masks.indexers:qwen4_exp_block_selection",
+        requires=("transformers>=5.23",),
+        fingerprints=("b2fc79207c59",),  # 5.23.0
+        reason="Qwen4ExpTextQSAIndexer.forward loops over every (sample, query) row, lists the row's visible keys "
+        "with nonzero() and pools them in blocks only `if num_complete_blocks > 0` (guard ((u0//4)) > 0): the "
+        "prefill and decode steps of Qwen4-Exp stop. The same selection for every row at once: the blocks of a "
+        "causal mask's rows are their sample's last row's (pooled once per sample), each row scores those it "
+        "completes and keeps the top ones and its tail; a mask of another structure is refused at run time.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -83,5 +99,10 @@ SUMMARIES = (
         "LongT5 skipped building its default all-ones mask while compiling, then its local attention split the "
         "missing mask: an export without attention_mask stopped; so did 4.x Switch Transformers' encoder. The "
         "default mask is built under export too.",
+    ),
+    (
+        ("transformers.masks.qwen4_exp_block_selection",),
+        "Qwen4-Exp's sparse-attention indexer chose each query's key blocks in a Python loop with `nonzero()` and an "
+        "`if` on the block count: the same blocks chosen for every row at once.",
     ),
 )
