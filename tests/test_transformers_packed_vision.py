@@ -2,7 +2,8 @@
 prefills (5.23), models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Compass, GLM-4V-MoE,
 GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Muse Glimmer, Kimi-K2.5 and
 the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL, Video-LLaMA-3 and LFM3-VL (towers packed the same
-way, each reading the grid image by image in code of its own), and the three Qwen models' on 4.57 (``*_4x`` rows),
+way, each reading the grid image by image in code of its own), the catalogue's HunYuan-VL (a tower of its own, every
+row its own), and the three Qwen models' on 4.57 (``*_4x`` rows),
 whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the
 text length all dynamic.
 
@@ -24,6 +25,7 @@ from torch.export import Dim
 import proving
 from autopatch import registry
 from autopatch.areas.packed_vision import rows as packed_rows
+from autopatch.areas.packed_vision import hunyuan_vl
 from autopatch.areas.packed_vision import packed as packed
 from autopatch.models import packed_vlms
 from autopatch.models.packed_vlms import IMAGE, MERGE, NAMES_4, NAMES_5, VIDEO, VISION_START
@@ -672,3 +674,170 @@ def test_glm5_next_features_match_eager_at_other_images(make_agent, strict):
 @V5
 def test_glm5_next_strict_placeholder_check_fixes_the_feature_count_without_its_row(make_agent):
     proving.prove(_glm5_placeholder_case(), make_agent)
+
+
+# --- HunYuan-VL (5.23): a tower of its own, packed the Qwen2-VL way; every row its own (OWN_ROWS) ----------------
+
+HUNYUAN_ROWS = tuple(f"transformers.vision.hunyuan_vl_{row.name}" for row in packed_rows.OWN_ROWS
+                     if row.model == "hunyuan_vl")
+#: Without a row, measured with the others on: a data-dependent guard (the attention's chunks and the rope index's
+#: walk: Eq(u0, 0) in unbind; the placeholder `if`: Ne(u0, 64*u1)); the image count the export was told is dynamic
+#: fixed to the traced one (the loops over the images: positions, tower, and the feature split's .tolist()); the
+#: merger without its row gets the grid tensor from the tower's and cannot reshape to it (a TypeError).
+HUNYUAN_FAILS = {"attention_packed": "data-dependent expression Eq", "patch_embed_packed": "Constraints violated",
+                 "tower_grid": "Constraints violated", "merger_packed": "tuple of ints,but got FakeTensor",
+                 "image_features_packed": "Constraints violated", "placeholder_check": "data-dependent expression Ne",
+                 "rope_index": "data-dependent expression Eq"}
+
+
+def _hunyuan_batch(config, samples, seed, left_padding=True):
+    """A prefill batch as HunYuan-VL's processor writes it: ``samples`` lists per sample text runs (a count of
+    tokens) and images (``(h, w)`` in patches, one frame); an image's span is its merged rows, each followed by a
+    newline token, between a begin and an end token, all of the image token (kind 1). Shorter samples padded."""
+    rng, image_token = random.Random(seed), config.image_token_id
+    merge = config.vision_config.spatial_merge_size
+    rows, grids = [], []
+    for items in samples:
+        ids, kinds = [], []
+        for item in items:
+            if isinstance(item, int):
+                ids += [rng.randrange(5, image_token) for _ in range(item)]
+                kinds += [0] * item
+            else:
+                h, w = item
+                span = (h // merge) * (w // merge + 1) + 2
+                ids += [image_token] * span
+                kinds += [1] * span
+                grids.append([1, h, w])
+        rows.append((ids, kinds))
+    length = max(len(ids) for ids, _ in rows)
+    input_ids, kinds, mask = (torch.zeros(len(rows), length, dtype=torch.long) for _ in range(3))
+    for sample, (ids, kind) in enumerate(rows):
+        start = length - len(ids) if left_padding else 0
+        place = slice(start, start + len(ids))
+        input_ids[sample, place], kinds[sample, place], mask[sample, place] = (
+            torch.tensor(ids), torch.tensor(kind), 1)
+    grid = torch.tensor(grids)
+    vision = config.vision_config
+    patch = vision.num_channels * vision.patch_size**2
+    pixels = torch.randn(int(grid.prod(-1).sum()), patch, generator=torch.Generator().manual_seed(seed))
+    return {"pixel_values": pixels, "image_grid_thw": grid, "input_ids": input_ids, "attention_mask": mask,
+            "use_cache": False, "mm_token_type_ids": kinds}
+
+
+def _hunyuan_case(rows=HUNYUAN_ROWS, beside=("pytree",), strict=False, fails_with="data-dependent"):
+    """The catalogue's HunYuan-VL prefill traced at its first set (2 images of 4 x 4 patches, batch 2) and run at its
+    others (3 and 4 images) and at non-square grids of other sizes, several images per sample, padding left or
+    right; the dynamic shapes guessed from the first two sets."""
+    import autopatch
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("hunyuan_vl", "vlm")
+    sets = {}
+
+    def build():
+        model = tiny.build(arch)
+        sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
+        config = model.config
+        mixed = [_hunyuan_batch(config, [[3, (4, 6), 2], [1, (6, 4), 5, (4, 4), 1]], seed=1),
+                 _hunyuan_batch(config, [[2, (8, 6), 3, (4, 10), 2, (6, 6), 1]], seed=2),
+                 _hunyuan_batch(config, [[5, (10, 4)], [2, (4, 8), 1], [7, (6, 8), 4]], seed=3, left_padding=False)]
+        return model, sets[0], sets[1], [sets[1], sets[2], *mixed]
+
+    def shapes(model):
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+
+    return Proof("hunyuan_vl/prefill" + "-strict" * strict, build, rows=tuple(rows), fails_with=fails_with,
+                 beside=beside, strict=strict, shapes=shapes)
+
+
+@V5
+@pytest.mark.parametrize("left_out", HUNYUAN_ROWS, ids=lambda row: row.rsplit("hunyuan_vl_", 1)[1])
+def test_hunyuan_vl_export_fails_with_any_row_left_out(make_agent, left_out):
+    others = tuple(row for row in HUNYUAN_ROWS if row != left_out)
+    case = _hunyuan_case((left_out,), beside=("pytree", *others),
+                         fails_with=HUNYUAN_FAILS[left_out.rsplit("hunyuan_vl_", 1)[1]])
+    proving.fails_without(case, make_agent)
+
+
+@V5
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_hunyuan_vl_prefill_matches_eager_at_other_images(make_agent, strict):
+    proving.exports_with(_hunyuan_case(strict=strict), make_agent)
+
+
+@V5
+def test_hunyuan_vl_eager_is_unchanged_with_the_rows_installed(make_agent):
+    model, _, _, runs = _hunyuan_case().build()
+    with torch.no_grad():
+        before = model(**runs[-1]).logits
+    make_agent(registry.PATCHES, _selected(HUNYUAN_ROWS))
+    with torch.no_grad():
+        assert torch.equal(model(**runs[-1]).logits, before)  # outside export: the originals
+
+
+def _hunyuan_model():
+    from autopatch.models import tiny
+
+    return tiny.build(tiny.architecture("hunyuan_vl", "vlm"))
+
+
+@V5
+def test_hunyuan_vl_rope_index_equals_upstream():
+    """The loop-free rope index against HunYuan-VL's own on random batches: 0 to 3 images per sample of 2 to 8
+    patches a side, spans with their begin and end tokens or without (the run is the grid alone), padding left or
+    right, with and without a mask. A batch upstream refuses (two images with no text between them make one span:
+    spans and grids do not pair) fails a check here."""
+    language = _hunyuan_model().model
+    config = language.config
+    rng = random.Random(0)
+    refused = 0
+    for trial in range(150):
+        sides = (2, 4, 6, 8)
+        samples = [[rng.randint(1, 3), *(item for _ in range(rng.randint(0, 3)) for item in (
+            (rng.choice(sides), rng.choice(sides)), rng.randint(0, 6)))] for _ in range(rng.randint(1, 3))]
+        batch = _hunyuan_batch(config, samples, seed=trial, left_padding=rng.random() < 0.5)
+        ids, kinds, mask, grid = (batch[k] for k in ("input_ids", "mm_token_type_ids", "attention_mask",
+                                                     "image_grid_thw"))
+        if rng.random() < 0.3:  # unframed: every span without its first and last token (those dropped by the mask)
+            starts = kinds.bool() & ~torch.nn.functional.pad(kinds[:, :-1].bool(), (1, 0))
+            ends = kinds.bool() & ~torch.nn.functional.pad(kinds[:, 1:].bool(), (0, 1))
+            mask = mask * ~(starts | ends)
+        if grid.shape[0] == 0:
+            grid = None
+        for attention_mask in (mask, None) if bool(mask.all()) else (mask,):
+            try:
+                expected = language.get_rope_index(ids, kinds, grid, attention_mask)
+            except ValueError:  # upstream: spans and grids do not pair
+                refused += 1
+                with pytest.raises(RuntimeError):
+                    hunyuan_vl.rope_index(language, ids, kinds, grid, attention_mask)
+                continue
+            got = hunyuan_vl.rope_index(language, ids, kinds, grid, attention_mask)
+            for e, g in zip(expected, got):
+                assert e.dtype == g.dtype and torch.equal(e, g), (trial, samples)
+    assert 0 < refused < 60, refused
+
+
+@V5
+def test_hunyuan_vl_merger_and_patch_embeddings_equal_upstream():
+    """The merger for every image at once against upstream's per-image loop (the tower's own, as the original
+    forward runs it), and the patch embeddings' learned positions by vision_utils' bilinear taps against
+    F.interpolate per image. Equal to float rounding, asserted at 1e-5: the merger's convolution is one matrix
+    product over every block (measured: 2.1e-6 at most on outputs up to 4.3); the taps' sample points are computed
+    in another order than F.interpolate's, on a 128-cell table (float32 steps of 7.6e-6 there), and summed in
+    another order (measured: 1.0e-6 at most)."""
+    tower = _hunyuan_model().model.vision_tower
+    rng = random.Random(2)
+    with torch.no_grad():
+        for _ in range(20):
+            grid = torch.tensor([[1, rng.randint(2, 12), rng.randint(2, 12)] for _ in range(rng.randint(1, 4))])
+            pixels = torch.randn(int(grid.prod(-1).sum()), tower.config.num_channels * tower.config.patch_size**2)
+            hidden = torch.randn(1, int(grid.prod(-1).sum()), tower.config.hidden_size)
+            expected = torch.cat([tower.patch_merger(item, size=(h, w)) for (_, h, w), item in zip(
+                grid.tolist(), torch.split(hidden, grid.prod(-1).tolist(), dim=1))], dim=1)
+            got = hunyuan_vl.merger_packed(type(tower.patch_merger).forward, tower.patch_merger, hidden, grid)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(hunyuan_vl.patch_embed_packed(tower.embeddings, pixels, grid),
+                                       tower.embeddings(pixels, grid), rtol=1e-5, atol=1e-5)

@@ -18,7 +18,8 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
   patches by the window index, whose length is data; (Kimi-K2.5) the temporal table's per-patch index and the
   patches each merged token pools are built image by image; (PaddleOCR-VL, Video-LLaMA-3) the tower's output is
   split per image with ``.tolist()`` sizes and each image's blocks merged in a loop; (LFM3-VL) the tower hands its
-  depthwise convolutions ``grid_thw.tolist()``, and they raster each frame to its grid in a loop.
+  depthwise convolutions ``grid_thw.tolist()``, and they raster each frame to its grid in a loop; (HunYuan-VL) its
+  own tower's loops, in ``hunyuan_vl.py``.
 
 The replacements compute the same values with tensor arithmetic over every patch or token at once, so the number of
 images, their sizes, the batch and the sequence stay symbolic. Patch-wise: a patch finds its image by
@@ -298,6 +299,30 @@ def masked_attention_loop_one_call(attention_forward):
                       check="torch._check(attention_mask is None)")
 
 
+#: HunYuan-VL's per-chunk call: no mask argument (its tower's ``attention_mask=None`` comes through ``**kwargs``),
+#: no dropout.
+_PER_CHUNK_KWARGS = (
+    "attn_outputs = [attention_interface(self, q, k, v, {mask}scaling=self.scaling, is_causal=False, **kwargs)[0] "
+    "for q, k, v in zip(*splits)]"
+)
+
+
+def kwargs_mask_attention_one_call(attention_forward):
+    """``packed_attention_one_call`` for HunYuan-VL's vision attention (5.23), which has no rotary table (its
+    tower adds learned positions before the layers: no length to state) and whose per-chunk call takes the
+    tower's ``attention_mask=None`` through ``**kwargs``. That entry is taken out, checked None (a mask would have
+    to be combined with the block-diagonal one), where the chunk lengths were computed; the one call gets the
+    block-diagonal mask."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(attention_forward, {
+        "lengths = cu_seqlens[1:] - cu_seqlens[:-1]": "torch._check(kwargs.pop('attention_mask', None) is None)",
+        _CHUNKS: "splits = [(query_states,), (key_states,), (value_states,)]",
+        _PER_CHUNK_KWARGS.format(mask=""): _PER_CHUNK_KWARGS.format(
+            mask="attention_mask=__autopatch_rt.block_diagonal_mask(cu_seqlens, q), "),
+    })
+
+
 def lfm3_vl_tower_grid_tensor(tower_forward):
     """A rewriter for ``Lfm3VlVisionModel.forward`` (5.23): it reads ``grid_thw.tolist()`` once to hand its
     convolution layers each frame's size, which fixes the number of images and their sizes. Rewritten from the
@@ -437,6 +462,14 @@ def lfm3_vl_image_features(get_image_features):
     """The same for LFM3-VL's ``get_image_features`` (5.23), which projects the tower's output
     (``image_features``) and splits it through ``self.vision_tower``."""
     return _features_one_element(get_image_features, "image_features", tower="vision_tower")
+
+
+def hunyuan_vl_image_features(get_image_features):
+    """The same for HunYuan-VL's ``get_image_features`` (5.23), which splits the tower's merged output
+    (``pooler_output[0]``) by each image's token count: its merged rows, each followed by a newline token, between
+    a begin and an end token."""
+    return _features_one_element(get_image_features, "image_outputs.pooler_output[0]", split_sizes=(
+        "split_sizes = (merged_h * (merged_w + 1) + 2).tolist()"))
 
 
 def kernel_merged_image_features(get_image_features):

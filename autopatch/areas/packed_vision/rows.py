@@ -93,8 +93,10 @@ PACKED_VISION_MODELS = (
 ATTENTION_REWRITERS = {"6bc4e6ecf80c": "packed_attention_loop_one_call",
                        "ec0556705d2f": "masked_attention_loop_one_call"}
 
-#: Of PACKED_VISION_MODELS, rows for code of a model's own that reads the grid image by image. Columns: model, row
-#: name (``transformers.vision.<model>_<name>``), target, mode, replacement, its fingerprint, reason.
+#: Rows for code of a model's own that reads the grid image by image: beside their table rows for the models of
+#: PACKED_VISION_MODELS, all the rows of a model packed the same way whose tower shares none of their code
+#: (HunYuan-VL). Columns: model, row name (``transformers.vision.<model>_<name>``), target, mode, replacement (a
+#: function of packed.py, or ``module:function`` of another module of this area), its fingerprint, reason.
 OwnRow = table_row("OwnRow", ("model", "name", "target", "mode", "replacement", "fingerprint", "reason"))
 OWN_ROWS = (
     OwnRow("paddleocr_vl", "merger_packed", "PaddleOCRProjector.forward", "route", "paddleocr_projector_packed",
@@ -113,6 +115,41 @@ OWN_ROWS = (
            "fb02abf6859b", "Lfm3VlVisionShortConv.forward rasters each image's frames to their grid and convolves "
            "them depthwise in a loop over the images. The same convolution at once: every patch sums its k x k "
            "neighbours in its frame, found by their place in the packed sequence (zero outside, as the padding)."),
+    # HunYuan-VL: a tower of its own (learned positions resampled per image, no rotary positions: no
+    # get_vision_position_ids to route) merging each image with a convolution and newline tokens; Qwen2-VL's
+    # attention chunks and feature split in sources of its own; a rope index of its own. Each row is needed: without
+    # any one the export fails (tests/test_transformers_packed_vision.py).
+    OwnRow("hunyuan_vl", "attention_packed", "HunYuanVLVisionAttention.forward", "rewrite",
+           "kwargs_mask_attention_one_call", "094d8e33b49a", "HunYuanVLVisionAttention.forward (eager and sdpa) "
+           "splits q/k/v per image with lengths.tolist() and attends chunk by chunk (guard Eq(u0, 0)). Rewritten from "
+           "the source: one attention call with a block-diagonal mask built from cu_seqlens, the same result."),
+    OwnRow("hunyuan_vl", "patch_embed_packed", "HunYuanVLVisionPatchEmbed.forward", "route",
+           "hunyuan_vl:patch_embed_packed", "4ee305faf496", "HunYuanVLVisionPatchEmbed.forward resamples the learned "
+           "position grid per image with F.interpolate in a loop over the grid's rows, which fixes the number of "
+           "images (Constraints violated: image_grid_thw's size fixed to 2). The same taps and weights (vision_utils', "
+           "the config's mode) for every patch at once, equal up to float rounding (1e-6 measured)."),
+    OwnRow("hunyuan_vl", "tower_grid", "HunYuanVLVisionTransformer.forward", "rewrite",
+           "hunyuan_vl:tower_merger_grid_tensor", "0846a2fb03ec", "HunYuanVLVisionTransformer.forward splits the "
+           "layers' output per image with .tolist() sizes and merges each image in a loop over grid_thw.tolist(), "
+           "which fixes the number of images (Constraints violated). Rewritten from the source: the merger gets every "
+           "patch and the grid tensor (transformers.vision.hunyuan_vl_merger_packed merges them at once)."),
+    OwnRow("hunyuan_vl", "merger_packed", "HunYuanVLVisionPatchMerger.forward", "route",
+           "hunyuan_vl:merger_packed", "bedcab57f3a9", "HunYuanVLVisionPatchMerger.forward convolves one image's "
+           "patches reshaped to its (h, w) grid, adding a newline token per row: given the grid tensor by the tower's "
+           "row, the reshape fails (TypeError: tuple of ints, got FakeTensor). The same for every image at once: "
+           "each merged token gathers the patches its convolution reads (a (h, w) takes the original)."),
+    OwnRow("hunyuan_vl", "image_features_packed", "HunYuanVLModel.get_image_features", "rewrite",
+           "hunyuan_vl_image_features", "12776842b298", "HunYuanVLModel.get_image_features splits the merged "
+           "features per image with .tolist() sizes, which fixes the number of images (Constraints violated); its "
+           "caller concatenates them at once. Rewritten from the source: one element with every image's features."),
+    OwnRow("hunyuan_vl", "placeholder_check", "HunYuanVLModel.get_placeholder_mask", "rewrite",
+           "hunyuan_vl:placeholder_check", "fbd93f63acb5", "HunYuanVLModel.get_placeholder_mask compares a "
+           "data-dependent size with the features' in a Python if (guard Ne(u0, ...)). Rewritten from the source: "
+           "the same condition as torch._check_tensor_all, a runtime assertion."),
+    OwnRow("hunyuan_vl", "rope_index", "HunYuanVLModel.get_rope_index", "route", "hunyuan_vl:rope_index",
+           "2f913ce0af66", "HunYuanVLModel.get_rope_index groups each sample's tokens with itertools.groupby over "
+           "mm_token_type_ids.tolist() and walks the image spans in Python (guard Eq(u0, 0)). The same positions "
+           "(column, row, image ordinal on the last three axes) and deltas for every token at once."),
 )
 
 #: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
@@ -180,8 +217,14 @@ _TOWER_ROWS = ("patch_positions_packed", "attention_packed")
 GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe")
 
 
+#: The models of PACKED_VISION_MODELS: their rows need the table's (PACKED_CORE); the other models' are all in
+#: OWN_ROWS.
+_TABLE_MODELS = frozenset(row.model for row in PACKED_VISION_MODELS)
+
+
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
     text_model = (f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()
+    core = core if model in _TABLE_MODELS else ()
     tower = BORROWED_TOWERS.get(model, model)
     model_rows = tuple(row.name for row in OWN_ROWS if row.model == model)
     return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
@@ -275,7 +318,8 @@ ROWS = (
             trigger=f"transformers.models.{row.model}.modeling_{row.model}",
             target=row.target,
             mode=row.mode,
-            replacement=f"autopatch.areas.packed_vision.packed:{row.replacement}",
+            replacement="autopatch.areas.packed_vision."
+            + (row.replacement if ":" in row.replacement else f"packed:{row.replacement}"),
             requires=PACKED_VISION_REQUIRES,
             fingerprints=(row.fingerprint,),
             needs=_companions(row.model, row.name),
@@ -559,6 +603,18 @@ SUMMARIES = (
         "video and audio 4.x's way in Python (`_rope_index`: for text and images, every token at once, an image's "
         "frames `position_id_per_seconds` apart, the deltas over the kept tokens, Qwen3-Omni's in float with "
         "dropped tokens at 0; prompts with audio or video keep the original, which still stops the export).",
+    ),
+    (
+        ('transformers.vision.hunyuan_vl_*',),
+        "HunYuan-VL (5.23): a tower of its own packed the Qwen2-VL way, reading the grid image by image in seven "
+        "places, each rewritten loop-free: the attention's chunks (`_attention_packed`: one call with the "
+        "block-diagonal mask, the tower's `attention_mask=None` taken out of `**kwargs`), the learned positions "
+        "resampled per image with `F.interpolate` (`_patch_embed_packed`: vision_utils' bilinear taps for every "
+        "patch, equal up to float rounding), the tower's per-image merge loop (`_tower_grid`: the merger gets the "
+        "grid tensor; `_merger_packed`: every image's convolution, newline, begin and end tokens at once), the "
+        "feature split (`_image_features_packed`), a Python `if` on the placeholder count (`_placeholder_check`) "
+        "and its rope index's walk over the image spans (`_rope_index`: column, row and image ordinal on the last "
+        "three axes, for every token at once).",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),
