@@ -665,3 +665,56 @@ def test_one_token_step_after_broadcast_refused_without_min_max_patch(agent):
 def test_one_token_step_after_broadcast_with_min_max_patch(agent):
     """Each Max taken as a symbol over its own range: decided as torch decides ``b * s != b`` for plain dims."""
     _embed_and_project(BROADCAST + MIN_MAX)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Contiguity without guards: Mamba-2's one-token decode at batch 1
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _batch_one_decode_case(model_type: str) -> proving.Proof:
+    """``model_type``'s one-token decode step (the tiny catalogue's model, its own cache class), traced at batches
+    2 and 3 as a user's two sample sets give them, then run at batch 1 (the common generation case) with two
+    other past lengths, and at batch 3."""
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    def build():
+        arch = tiny.architecture(model_type, "causal")
+        model = tiny.build(arch)
+        traced, other = (tiny.inputs(model, arch, "decode", k) for k in range(2))
+        assert traced["input_ids"].shape[1] == 1 and other["input_ids"].shape[0] == 3  # one token, batches 2 and 3
+        sets.extend((traced, other))
+        positions = "cache_position" in traced  # a recurrent model's step says where it writes
+        runs = [builders.decode_inputs(model, model.config, batch=1, past=past, seq=1, seed=past,
+                                       cache_position=positions) for past in (5, 11)]
+        return model, traced, other, [other, *({k: run[k] for k in traced} for run in runs)]
+
+    def shapes(model):  # Mamba-2 takes cache_position through **kwargs
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(*sets))
+
+    sets = []
+    return proving.Proof(f"{model_type}/decode-batch-1", build, rows=("torch.contiguity.static_strides",),
+                         fails_with=r"Guard failed: .* >= 2", raises=AssertionError, beside=("all",),
+                         fails_at_run=True, shapes=shapes)
+
+
+@requires("transformers>=5.23")  # 4.57's Mamba-2 decode takes batch 1 without the row (measured)
+@pytest.mark.parametrize("model_type", ["mamba2"])
+def test_one_token_decode_at_batch_one_needs_contiguity_without_guards(make_agent, model_type):
+    proving.prove(_batch_one_decode_case(model_type), make_agent)
+
+
+def test_contiguity_without_guards_answers_as_the_original():
+    """Plain tensors of every layout the fast path may meet, against torch's own answer: standard strides (sizes
+    0 and 1 included) are contiguous; a transpose, a strided slice, an expand are not (the original decides)."""
+    import torch._prims_common as prims
+
+    from autopatch.areas.torch_shapes.fixes import contiguous_by_strides
+
+    base = torch.zeros(2, 3, 4)
+    tensors = [base, torch.zeros(0, 3), torch.zeros(1, 5), torch.zeros(3, 1, 2), torch.zeros(()), base.transpose(0, 1),
+               base[:, ::2], torch.zeros(1, 4).expand(3, 4), base[:, :, :1], torch.zeros(2, 1).t()]
+    for tensor in tensors:
+        got = contiguous_by_strides(prims.is_contiguous, tensor)
+        assert got == prims.is_contiguous(tensor) == tensor.is_contiguous(), (tensor.shape, tensor.stride())

@@ -15,7 +15,7 @@ PREFILL = [(2, 5), (3, 7), (4, 9)]
 DECODE = [(2, 6, 3), (3, 8, 2), (1, 9, 1)]
 # A padded batch has rows of its own lengths: C keeps at least two rows (one row alone is never padded).
 PADDED_DECODE = [(2, 6, 3), (3, 8, 2), (4, 9, 1)]
-RECURRENT_DECODE = [(2, 6, 1), (3, 8, 1), (4, 9, 1)]  # one token at a time, the cache position says where
+RECURRENT_DECODE = [(2, 6, 1), (3, 8, 1), (1, 9, 1)]  # one token at a time, the cache position says where; batch 1 last
 
 # helpers
 # ---------------------------------------------------------------------------------------------------------------

@@ -186,6 +186,23 @@ def _fast_binary(original_impl, promotion):
     return impl
 
 
+@calls_original
+def contiguous_by_strides(original, a, false_if_dde=False):
+    """torch._prims_common.is_contiguous (same signature), which the tracer asks of every value it records
+    (``_extract_tensor_metadata``) and of every view's result. The original skips dims of size 1 and tensors of
+    fewer than 2 elements by evaluating ``size == 1`` and ``numel() < 2`` on the hints: for a size that is an
+    expression of symbols (a reshape's ``4*b // 4``, a broadcast's ``Max(b1, b2)``) the guard outlives the trace
+    as a bound, and the program refuses batch 1. A tensor whose strides are statically the standard contiguous
+    ones (each the product of the sizes after it) is contiguous whatever the sizes are, 0 and 1 included: True
+    with no guard. Anything else goes to the original."""
+    expected = 1
+    for size, stride in reversed(tuple(zip(a.shape, a.stride()))):
+        if not statically_known_true(stride == expected):
+            return original(a, false_if_dde)
+        expected = expected * size
+    return True
+
+
 _FAST_CACHE: dict = {}
 
 

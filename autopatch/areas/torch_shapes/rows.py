@@ -159,6 +159,21 @@ ROWS = (
         "embeddings of broadcast dims: 'Max(b1, b2) * Max(s1, s2) != Max(b1, b2)' refused every one-token step).",
     ),
     PatchSpec(
+        id="torch.contiguity.static_strides",
+        family="torch",
+        trigger="torch._prims_common",
+        target="is_contiguous",
+        mode="route",
+        replacement="autopatch.areas.torch_shapes.fixes:contiguous_by_strides",
+        requires=TORCH,
+        fingerprints=("56dd77480426",),  # 2.13.0 (the only release measured for this row)
+        reason="Every traced value's metadata asks is_contiguous, which evaluates 'size == 1' and 'numel() < 2' on "
+        "the hints: on a size that is an expression (Mamba-2's state batch after the broadcast rows, Max(b1, b2) "
+        "reshaped by b1) the guard stays in the program as a bound, and its one-token decode step refused batch 1 "
+        "('Guard failed: ... >= 2'). Strides that are statically the standard contiguous ones mean contiguous for "
+        "every size: True with no guard; anything else asks the original.",
+    ),
+    PatchSpec(
         id="torch.stop_if_static",
         family="torch",
         trigger="torch.fx.experimental.symbolic_shapes",
@@ -286,6 +301,13 @@ SUMMARIES = (
         "symbol over its own range: GPT-2's reshape after `inputs_embeds + position_embeds` otherwise "
         'becomes a run-time check `Max(b1, b2) * Max(s1, s2) != Max(b1, b2)` that refuses every one-token '
         'step.',
+    ),
+    (
+        ('torch.contiguity.static_strides',),
+        "The tracer asks `is_contiguous` of every value, which evaluates `size == 1` and `numel() < 2` on the "
+        'traced sizes: on a size that is an expression (`Max(b1, b2)` reshaped by `b1`) the guard stays as a '
+        "bound, and Mamba-2's one-token decode refused batch 1. Standard contiguous strides mean contiguous for "
+        'every size: answered without a guard.',
     ),
     (
         ('torch.stop_if_static',),
