@@ -168,6 +168,16 @@ def test_linear_attention_heads_are_tiny():
         assert config.linear_num_heads == tiny.HEADS and config.linear_head_dim <= tiny.HEAD_DIM, model_type
 
 
+@requires("transformers>=5.23")  # dots.ocr 3
+def test_per_layer_overrides_keep_multi_head_attention_multi_head():
+    """dots.ocr 3's sliding layers override the heads (64 query, 64 key/value): shrunk as the global values are,
+    4 and 4, not 4 and 2 (its latent attention makes one key per query head; with fewer key/value heads declared,
+    eager fails on a padded batch, the path every export takes)."""
+    config = tiny.tiny_config("dots3_note").text_config
+    for layer in config.per_layer_config:
+        assert layer.num_key_value_heads == layer.num_attention_heads == tiny.HEADS
+
+
 def test_sizes_are_consistent_where_the_model_derives_them():
     deepseek = tiny.tiny_config("deepseek_v3")
     assert deepseek.qk_head_dim == deepseek.qk_nope_head_dim + deepseek.qk_rope_head_dim

@@ -667,6 +667,13 @@ def _tiny_overrides(per_layer: dict, depth: int) -> dict:
         if _is_int(layer) and layer >= depth:
             continue
         found[layer] = {name: _tiny_override(name, value, depth) for name, value in values.items()}
+        # as _set_sizes does for the global values: multi-head attention stays multi-head (dots.ocr 3's sliding
+        # layers, 64 and 64, got 4 query heads and 2 key/value heads, which its latent attention, one key per query
+        # head, does not follow where a mask is given: eager failed on a padded batch, and every export)
+        heads = next((values[n] for n in HEAD_NAMES if _is_int(values.get(n))), None)
+        for name in KV_HEAD_NAMES:
+            if heads is not None and values.get(name) == heads:
+                found[layer][name] = next(found[layer][n] for n in HEAD_NAMES if _is_int(values.get(n)))
     return found
 
 

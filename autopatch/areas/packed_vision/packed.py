@@ -464,6 +464,17 @@ def lfm3_vl_image_features(get_image_features):
     return _features_one_element(get_image_features, "image_features", tower="vision_tower")
 
 
+def dots3_note_image_features(get_image_features):
+    """The same for dots.ocr 3's ``get_image_features`` (5.23), which splits the tower's output in place with the
+    tensor's own ``split`` method, its sizes read through ``self.vision_tower``."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        _SPLIT_SIZES.format(tower="vision_tower"): "pass",
+        "outputs.pooler_output.split(split_sizes)": "(outputs.pooler_output,)",
+    })
+
+
 def hunyuan_vl_image_features(get_image_features):
     """The same for HunYuan-VL's ``get_image_features`` (5.23), which splits the tower's merged output
     (``pooler_output[0]``) by each image's token count: its merged rows, each followed by a newline token, between
@@ -548,6 +559,19 @@ def placeholder_check_4x(get_placeholder_mask):
         )
     return substitute_expressions(get_placeholder_mask, checks)
 
+
+#: dots.ocr 3's message of its one check (features of any modality against their placeholder tokens).
+_MULTIMODAL_MESSAGE = ('f"Multimodal features and placeholder tokens do not match, tokens: {n_tokens}, features: '
+                       '{features.shape[0]}"')
+
+
+def multimodal_placeholder_check(get_placeholder_mask):
+    """``packed_placeholder_check`` for dots.ocr 3's ``get_placeholder_mask`` (5.23), one check for every modality
+    whose message is an f-string of the feature count: rewritten from the source, a lambda, the same check, its
+    message formatted only if it fails in eager code."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_placeholder_mask, {_MULTIMODAL_MESSAGE: f"lambda: {_MULTIMODAL_MESSAGE}"})
 
 def _latest(flags, values):
     """Per position, ``values`` at the latest position at or before it (same row) where ``flags`` holds; -1 if none."""

@@ -81,6 +81,10 @@ PACKED_VISION_MODELS = (
     # arange.
     PackedModel("glm5_next", "Glm5NextVisionAttention", "71b4a9b79b30", "Glm5NextModel",
                 "54bb4440fb12", "packed_image_features", None, None),
+    # dots.ocr 3: GLM-OCR's tower attention, Qwen2-VL's feature split by the tensor's own split method; its text
+    # model numbers positions with arange.
+    PackedModel("dots3_note", "Dots3NoteVisionAttention", "71b4a9b79b30", "Dots3NoteModel",
+                "a653e41203a3", "dots3_note_image_features", None, None),
     # LFM3-VL: a tower of gated depthwise convolutions over each frame's grid (own rows below) and attention layers
     # (the loop form, the caller's mask passed to each chunk); its text model numbers positions with arange.
     PackedModel("lfm3_vl", "Lfm3VlVisionAttention", "ec0556705d2f", "Lfm3VlModel",
@@ -174,7 +178,11 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
                             "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3",
-                            "lfm3_vl": "e96fc4bdcbe2", "glm5_next": "45a611c1fdc8"}
+                            "lfm3_vl": "e96fc4bdcbe2", "glm5_next": "45a611c1fdc8", "dots3_note": "4badf90758ac"}
+
+#: Of those, the get_placeholder_mask sources whose message is not Qwen2-VL's (by fingerprint) -> their rewriter;
+#: every other one's: packed_placeholder_check. dots.ocr 3's one check for every modality.
+PLACEHOLDER_REWRITERS = {"4badf90758ac": "multimodal_placeholder_check"}
 
 #: Of those, the models whose text model has no 3-axis rope index (positions by arange): no rope row.
 NO_ROPE_INDEX = tuple(row.model for row in PACKED_VISION_MODELS if row.rope_index is None)
@@ -334,7 +342,8 @@ ROWS = (
             trigger=f"transformers.models.{model}.modeling_{model}",
             target=f"{owner}.get_placeholder_mask",
             mode="rewrite",
-            replacement="autopatch.areas.packed_vision.packed:packed_placeholder_check",
+            replacement="autopatch.areas.packed_vision.packed:"
+            + PLACEHOLDER_REWRITERS.get(PLACEHOLDER_CHECK_STRICT[model], "packed_placeholder_check"),
             requires=PACKED_VISION_REQUIRES,
             fingerprints=(PLACEHOLDER_CHECK_STRICT[model],),
             reason=f"strict=True: {owner}.get_placeholder_mask formats the feature count into its check's "
@@ -524,7 +533,7 @@ SUMMARIES = (
             'transformers.vision.glm4v_moe_rope_index', 'transformers.vision.glm_ocr_rope_index',
             'transformers.vision.glm46v_rope_index', 'transformers.vision.cosmos3_omni_rope_index',
             'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
-            'transformers.vision.qwen3_vl_*_4x', 'transformers.vision.glm5_next_*',
+            'transformers.vision.qwen3_vl_*_4x', 'transformers.vision.glm5_next_*', 'transformers.vision.dots3_note_*',
         ),
         "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
         "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), and "
@@ -532,7 +541,9 @@ SUMMARIES = (
         "Qwen3.5's, with `transformers.qwen3_5_moe.gated_delta_scan`; GLM-4V-MoE and GLM-OCR: GLM-4V's, "
         "GLM-OCR's attention with query and key norms added; GLM-4.6V and Cosmos3-Omni build GLM-4V's and "
         "Qwen3-VL's towers themselves, whose rows serve them: theirs are the features and the rope index; "
-        "GLM-5-Next: GLM-OCR's tower attention and Qwen2-VL's split, its text numbering positions with arange), "
+        "GLM-5-Next: GLM-OCR's tower attention and Qwen2-VL's split, its text numbering positions with arange; "
+        "dots.ocr 3: the same, its split by the tensor's own `split` method, one placeholder check for every "
+        "modality), "
         'whose images are packed into one patch sequence: upstream reads `image_grid_thw` and '
         '`mm_token_type_ids` in Python (rotary positions per image: `_patch_positions_packed`; attention '
         'chunk by chunk per frame: `_attention_packed`; the features split per image: '
