@@ -170,9 +170,9 @@ def _export_step(model, arch, step: str, programs: dict, strict: bool = False) -
 
 def _eager_masked_path_error(model, arch, step: str) -> str:
     """Eager's first error line on set A left-padded, or "" when it runs (or the step has no padded form). Eager
-    skips an all-ones attention mask and takes a mask-free path (Dots3's attention repeats its keys only when a
-    mask is given: on 5.23 it then mismatches its heads); a traced program cannot know the mask is all ones, so it
-    always takes the masked path. When eager fails there too, no program can match it."""
+    skips an all-ones attention mask and takes a mask-free path (sdpa's grouped-query path, for one, runs only
+    without a mask); a traced program cannot know the mask is all ones, so it always takes the masked path. When
+    eager fails there too, no program can match it."""
     import torch
 
     from autopatch.models import tiny

@@ -273,3 +273,26 @@ def test_reasons_are_one_honest_line():
     assert tiny._reason(RuntimeError("one\ntwo")) == "RuntimeError: one"
     wrong_class = AttributeError("'PixtralVisionConfig' object has no attribute 'vision_config'")
     assert tiny._reason(wrong_class).startswith("AttributeError: ")
+
+
+@requires("transformers>=5.13")
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "mllama", "idefics3"])
+def test_padded_vlm_prefill_shifts_every_token_input_and_runs_in_eager(model_type):
+    """The sweep asks eager to run a VLM prefill left-padded (the masked path every export takes): every tensor as
+    long as the text moves with it (Qwen2-VL's token types stay the image tokens' places; Mllama's cross-attention
+    mask is an expanded view), the pads are the config's pad id (0 where the shrunk vocab lost it: Idefics3's), and
+    eager runs on it."""
+    arch = tiny.architecture(model_type, "vlm")
+    model = tiny.build(arch)
+    plain = tiny.inputs(model, arch, "prefill", 0)
+    padded = tiny.inputs(model, arch, "prefill", 0, padded=True)
+    mask = padded["attention_mask"]
+    assert not bool(mask.all()) and bool(mask[:, -1].all())  # some rows padded, on the left
+    for row, pad in enumerate((mask == 0).sum(1).tolist()):
+        for name, value in plain.items():
+            if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == plain["input_ids"].shape:
+                assert torch.equal(padded[name][row, pad:], value[row, :value.shape[1] - pad]), (name, row)
+    if "mm_token_type_ids" in padded:
+        assert torch.equal(padded["mm_token_type_ids"].bool(), padded["input_ids"] == model.config.image_token_id)
+    with torch.no_grad():
+        model(**padded)

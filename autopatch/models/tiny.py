@@ -1551,8 +1551,30 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
         # every text token attends to its sample's image tiles (the real ones)
         found["cross_attention_mask"] = pixels["aspect_ratio_mask"][:, None].expand(-1, ids.shape[1], -1, -1)
     if padded and "input_ids" in found:
-        builders._left_padded(model, [found], [seq - 1])
+        _left_pad_tokens(model, found, builders.left_pads(batch, seq - 1, k))
     return found
+
+
+def _left_pad_tokens(model, inputs: dict, pads: list) -> dict:
+    """A VLM prefill set left-padded as a tokenizer pads a batch: every per-token input (ids, mask, token types,
+    image masks, boxes: the tensors as long as ``input_ids``) shifted right by its row's pad count, pad id and
+    zeros in front, the row's last tokens dropped (``pads`` never reach the image placeholders, which come
+    first); positions as generate() makes them."""
+    import torch
+
+    ids = inputs["input_ids"]
+    pad_id = builders.pad_token_id_of(model.config)
+    if pad_id >= vocab_size(model.config):
+        pad_id = 0  # a composite config's own pad id (Idefics3's 128002) the shrunk vocab lost; masked out anyway
+    for name, value in list(inputs.items()):
+        if not (isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape):
+            continue
+        value = inputs[name] = value.clone()  # some are expanded views (Mllama's cross-attention mask)
+        for row, pad in enumerate(pads):
+            if pad:
+                fill = torch.full((pad, *value.shape[2:]), pad_id if name == "input_ids" else 0, dtype=value.dtype)
+                value[row] = torch.cat([fill, value[row, :-pad]])
+    return builders.generate_positions(model, inputs, inputs["input_ids"].shape[1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
