@@ -491,6 +491,69 @@ def test_kimi_k25_indices_equal_upstream():
         assert torch.equal(packed_frame_index(grid), upstream.get_vision_frame_index(grid)), grid
 
 
+# --- Qwen4-Exp (5.23): Qwen3.5's tower, features and rope index under its own names, in the tiny catalogue ------
+
+QWEN4_ROWS = (*(f"transformers.vision.qwen4_exp_{row}" for row in (
+    "patch_positions_packed", "attention_packed", "image_features_packed", "interpolation_packed", "rope_index")),
+    "transformers.qwen4_exp.gated_delta_scan")
+#: Beside in both halves: every default patch (its text model's indexer row, proven in
+#: tests/test_transformers_text_masks.py; with "pytree" alone export refuses the guessed shapes' ``kwargs`` entry).
+QWEN4_BESIDE = ("all",)
+
+
+def _qwen4_batch(config, grids, text_len, seed):
+    """One image per sample (grid (frames, rows, columns) in patches) after a first text token and the vision-start
+    token, then the rest of ``text_len`` text tokens; shorter samples left-padded (packed_vlms.prefill's layout,
+    with the catalogue model's ids and patch size)."""
+    g = torch.Generator().manual_seed(seed)
+    vision = config.vision_config
+    merge, patch = vision.spatial_merge_size, vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    ids, kinds, pixels = [], [], []
+    for frames, rows, columns in grids:
+        tokens = frames * rows * columns // merge**2
+        text = torch.randint(5, 100, (text_len,), generator=g)
+        ids.append(torch.cat([text[:1], torch.tensor([config.vision_start_token_id]),
+                              torch.full((tokens,), config.image_token_id), text[1:]]))
+        kinds.append(torch.cat([torch.zeros(2), torch.ones(tokens), torch.zeros(text_len - 1)]))
+        pixels.append(torch.randn(frames * rows * columns, patch, generator=g))
+    longest = max(len(row) for row in ids)
+
+    def left_pad(rows):
+        return torch.stack([torch.cat([torch.zeros(longest - len(row)), row]).long() for row in rows])
+
+    return {"pixel_values": torch.cat(pixels), "image_grid_thw": torch.tensor(grids), "input_ids": left_pad(ids),
+            "attention_mask": left_pad([torch.ones(len(row)) for row in ids]), "use_cache": False,
+            "mm_token_type_ids": left_pad(kinds)}
+
+
+def _qwen4_case(rows=QWEN4_ROWS, beside=QWEN4_BESIDE):
+    """The catalogue's prefill (traced at 2 images of 4 x 4 patches), run at its 3 and 4 images and at other grids:
+    non-square, two frames, padded samples, and a text past the gated delta rule's 64-token chunk."""
+    case = catalogue_packed_case("qwen4_exp", rows, beside=beside)
+
+    def build():
+        model, traced, other, runs = case.build()
+        mixed = [_qwen4_batch(model.config, [[1, 4, 8], [2, 8, 4], [1, 6, 2]], 5, seed=1),
+                 _qwen4_batch(model.config, [[1, 4, 4], [1, 8, 4]], 70, seed=1)]
+        return model, traced, other, [*runs, *mixed]
+
+    return dataclasses.replace(case, build=build)
+
+
+@V5
+def test_qwen4_exp_rows_are_qwen3_5s_and_needed(make_agent):
+    """Qwen4-Exp's rows patch the same sources as Qwen3.5's (the same fingerprints, row by row; Qwen3.5's are
+    proven one by one above), and its export fails without them."""
+    assert [proving.row(r).fingerprints for r in QWEN4_ROWS] == [
+        proving.row(r.replace("qwen4_exp", "qwen3_5")).fingerprints for r in QWEN4_ROWS]
+    proving.fails_without(_qwen4_case(), make_agent)
+
+
+@V5
+def test_qwen4_exp_prefill_matches_eager_at_other_images(make_agent):
+    proving.exports_with(_qwen4_case(), make_agent)
+
+
 # --- The Omni thinkers: Qwen2.5-VL's and Qwen3-VL's towers, 4.x-style rope indices of their own ---------------
 
 #: model type -> (the catalogue's architecture, its rows).

@@ -90,6 +90,10 @@ LINEAR = {
     # Its special tokens are outside the class defaults' range at a vocabulary of 64.
     "olmo_hybrid": Handmade("OlmoHybridConfig", "OlmoHybridForCausalLM", dict(LINEAR_LAYERS, pad_token_id=0,
                                                                               eos_token_id=1)),
+    # Qwen4-Exp's text model: one linear-attention layer alone (its indexed attention layers have rows and tests of
+    # their own: tests/test_transformers_text_masks.py).
+    "qwen4_exp": Handmade("Qwen4ExpTextConfig", "Qwen4ExpForCausalLM",
+                          dict(LINEAR_LAYERS, num_hidden_layers=1, layer_types=["linear_attention"])),
     # Kimi delta attention (linear, 4 heads of 8) then full low-rank attention; the class's MLP pattern: dense, then
     # 4 experts (2 per token).
     "kimi_linear": Handmade("KimiLinearConfig", "KimiLinearForCausalLM",

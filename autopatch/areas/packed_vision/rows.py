@@ -26,6 +26,10 @@ PACKED_VISION_MODELS = (
     # linear-attention layers need transformers.qwen3_5.gated_delta_scan too.
     PackedModel("qwen3_5", "Qwen3_5VisionAttention", "b918fa098915", "Qwen3_5Model",
                 "54bb4440fb12", "packed_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
+    # Qwen4-Exp: Qwen3.5's tower, feature split, placeholder check and rope index (the same sources, fingerprints
+    # alike); its text model's linear-attention layers need transformers.qwen4_exp.gated_delta_scan too.
+    PackedModel("qwen4_exp", "Qwen4ExpVisionAttention", "b918fa098915", "Qwen4ExpModel",
+                "54bb4440fb12", "packed_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
     # Qwen3-VL's and Qwen3.5's sources under other names: the MoE variants and Cohere's Compass (Qwen3-VL's).
     PackedModel("qwen3_vl_moe", "Qwen3VLMoeVisionAttention", "b918fa098915", "Qwen3VLMoeModel",
                 "cf364b3e5fa9", "packed_deepstack_image_features", "b3d7f47d79df", "qwen3_vl_rope_index"),
@@ -193,7 +197,7 @@ WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer", "qwe
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
 INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass", "muse_spark",
-                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe", "paddleocr_vl")
+                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe", "paddleocr_vl", "qwen4_exp")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -222,7 +226,10 @@ _TOWER_ROWS = ("patch_positions_packed", "attention_packed")
 
 #: Of PACKED_VISION_MODELS, those whose text model has linear-attention layers: they need its
 #: transformers.<model>.gated_delta_scan too.
-GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe")
+GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe", "qwen4_exp")
+
+#: Other rows a model's text model needs for its prefill to export: Qwen4-Exp's sparse-attention indexer.
+TEXT_NEEDS = {"qwen4_exp": ("transformers.masks.qwen4_exp_block_selection",)}
 
 
 #: The models of PACKED_VISION_MODELS: their rows need the table's (PACKED_CORE); the other models' are all in
@@ -231,7 +238,8 @@ _TABLE_MODELS = frozenset(row.model for row in PACKED_VISION_MODELS)
 
 
 def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
-    text_model = (f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()
+    text_model = ((f"transformers.{model}.gated_delta_scan",) if model in GATED_DELTA_TEXT else ()) + TEXT_NEEDS.get(
+        model, ())
     core = core if model in _TABLE_MODELS else ()
     tower = BORROWED_TOWERS.get(model, model)
     model_rows = tuple(row.name for row in OWN_ROWS if row.model == model)
@@ -626,6 +634,13 @@ SUMMARIES = (
         "feature split (`_image_features_packed`), a Python `if` on the placeholder count (`_placeholder_check`) "
         "and its rope index's walk over the image spans (`_rope_index`: column, row and image ordinal on the last "
         "three axes, for every token at once).",
+    ),
+    (
+        ('transformers.vision.qwen4_exp_*',),
+        "Qwen4-Exp (5.23): Qwen3.5's tower, feature split and rope index under its own names (the same sources, "
+        "fingerprints alike): the same rows (positions, attention, position-grid resampling, features, rope index). "
+        "Its text model also needs `transformers.qwen4_exp.gated_delta_scan` (linear-attention layers) and "
+        "`transformers.masks.qwen4_exp_block_selection` (its indexer).",
     ),
     (
         ('transformers.vision.hyperclovax_vision_v2_features',),

@@ -31,7 +31,8 @@ LOCAL_CACHES = "transformers>=4.56,<5.5"
 ChunkedPrefill = table_row("ChunkedPrefill", ("attention", "decay", "models", "function", "row", "rewriter",
                                               "fingerprint", "loop"))
 CHUNKED_PREFILLS = (
-    ChunkedPrefill("The gated delta net", "per head", ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid"),
+    ChunkedPrefill("The gated delta net", "per head",
+                   ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid", "qwen4_exp"),
                    "torch_chunk_gated_delta_rule", "gated_delta_scan", "gated_delta_chunks_as_scan", "0dd16d07a108",
                    "for i in range(num_chunks)"),
     ChunkedPrefill("Kimi delta attention", "per channel", ("kimi_linear", "bailing_hybrid"),
@@ -410,8 +411,9 @@ SUMMARIES = (
         (
             'transformers.qwen3_next.gated_delta_scan', 'transformers.qwen3_5.gated_delta_scan',
             'transformers.qwen3_5_moe.gated_delta_scan', 'transformers.olmo_hybrid.gated_delta_scan',
+            'transformers.qwen4_exp.gated_delta_scan',
         ),
-        '5.23 Qwen3-Next, Qwen3.5, Qwen3.5-MoE and OlmoHybrid prefill (torch path, without '
+        '5.23 Qwen3-Next, Qwen3.5, Qwen3.5-MoE, OlmoHybrid and Qwen4-Exp prefill (torch path, without '
         'flash-linear-attention): the gated delta rule walks 64-token chunks in a Python loop, so the '
         'program takes one chunk (64 tokens) at most. Rewritten from the source: the loop as torch scan '
         'over the chunks, the padded length and chunk reshapes in terms of the chunk count (plus one '
