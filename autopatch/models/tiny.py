@@ -1567,8 +1567,9 @@ def _left_pad_tokens(model, inputs: dict, pads: list) -> dict:
     if pad_id >= vocab_size(model.config):
         pad_id = 0  # a composite config's own pad id (Idefics3's 128002) the shrunk vocab lost; masked out anyway
     for name, value in list(inputs.items()):
-        if not (isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape):
-            continue
+        if name.startswith("pixel") or not (
+                isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape):
+            continue  # (an image's patches may count as many as the tokens: not per-token)
         value = inputs[name] = value.clone()  # some are expanded views (Mllama's cross-attention mask)
         for row, pad in enumerate(pads):
             if pad:
