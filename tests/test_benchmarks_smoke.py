@@ -165,10 +165,11 @@ def test_a_prefill_whose_eager_attends_ahead_is_told_apart_from_a_causal_one():
 
 @requires("transformers>=5.23")  # the versions we run that ship Dots3
 def test_an_export_failure_that_eager_shares_on_a_padded_batch_is_upstream():
-    """dots.ocr 3's attention repeats its (already expanded) keys whenever a mask is given: eager skips the
-    all-ones mask of an unpadded prefill and runs, a traced program always takes the masked path, and eager fails
-    there too (a left-padded batch). The sweep calls that upstream, naming eager's error; a model whose padded
-    batch runs in eager (Llama) has nothing to say."""
+    """dots.ocr 3's latent attention makes one key per query head; given a layer that says its keys are grouped
+    (num_key_value_groups 2, what a config with half as many key/value heads gives), transformers' sdpa repeats them
+    whenever a mask is given: eager skips the all-ones mask of an unpadded prefill and runs, a traced program always
+    takes the masked path, and eager fails there too (a left-padded batch). The sweep calls that upstream, naming
+    eager's error; a model whose padded batch runs in eager (Llama, dots.ocr 3 as configured) has nothing to say."""
     import sweep_arch
 
     from autopatch.models import tiny
@@ -176,9 +177,13 @@ def test_an_export_failure_that_eager_shares_on_a_padded_batch_is_upstream():
     errors = {}
     for name in ("dots3_note", "llama"):
         arch = tiny.architecture(name, "causal")
-        errors[name] = sweep_arch._eager_masked_path_error(tiny.build(arch), arch, "prefill")
-    assert "must match the size of tensor" in errors["dots3_note"], errors
-    assert errors["llama"] == "", errors
+        model = tiny.build(arch)
+        errors[name] = sweep_arch._eager_masked_path_error(model, arch, "prefill")
+        if name == "dots3_note":
+            model.model.layers[0].self_attn.num_key_value_groups = 2
+            errors["dots3_note, grouped"] = sweep_arch._eager_masked_path_error(model, arch, "prefill")
+    assert "must match the size of tensor" in errors["dots3_note, grouped"], errors
+    assert errors["llama"] == errors["dots3_note"] == "", errors
 
 
 @requires("transformers>=5")  # 4.57's eager RecurrentGemma fails on its own prefill (upstream, another verdict)
