@@ -543,9 +543,13 @@ def _qwen4_case(rows=QWEN4_ROWS, beside=QWEN4_BESIDE):
 @V5
 def test_qwen4_exp_rows_are_qwen3_5s_and_needed(make_agent):
     """Qwen4-Exp's rows patch the same sources as Qwen3.5's (the same fingerprints, row by row; Qwen3.5's are
-    proven one by one above), and its export fails without them."""
-    assert [proving.row(r).fingerprints for r in QWEN4_ROWS] == [
-        proving.row(r.replace("qwen4_exp", "qwen3_5")).fingerprints for r in QWEN4_ROWS]
+    proven one by one above, its strict placeholder row too: a strict Qwen4-Exp prefill takes a minute, so that row
+    is shown here by its source, and by the sweep's strict step, which refused other image sizes without it,
+    'Guard failed: pixel_values.size()[0] // 4 == 8', and matches eager with it), and its export fails without them."""
+    rows = (*QWEN4_ROWS, "transformers.vision.qwen4_exp_placeholder_check_packed")
+    assert [proving.row(r).fingerprints for r in rows] == [
+        proving.row(r.replace("qwen4_exp", "qwen3_5")).fingerprints for r in rows]
+    assert proving.row(rows[-1]).replacement == proving.row(rows[-1].replace("qwen4_exp", "qwen3_5")).replacement
     proving.fails_without(_qwen4_case(), make_agent)
 
 

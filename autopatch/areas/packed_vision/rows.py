@@ -182,7 +182,8 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
                             "qwen3_5": "e96fc4bdcbe2", "qwen3_vl_moe": "e96fc4bdcbe2", "qwen3_5_moe": "e96fc4bdcbe2",
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
                             "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3",
-                            "lfm3_vl": "e96fc4bdcbe2", "glm5_next": "45a611c1fdc8", "dots3_note": "4badf90758ac"}
+                            "lfm3_vl": "e96fc4bdcbe2", "glm5_next": "45a611c1fdc8", "dots3_note": "4badf90758ac",
+                            "qwen4_exp": "e96fc4bdcbe2"}
 
 #: Of those, the get_placeholder_mask sources whose message is not Qwen2-VL's (by fingerprint) -> their rewriter;
 #: every other one's: packed_placeholder_check. dots.ocr 3's one check for every modality.
