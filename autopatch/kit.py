@@ -6,7 +6,7 @@ installers beside them. Everything those need from the agent is here, so the cor
   errors        ``Skip`` (decided not to apply), ``Drifted`` (the source changed), ``NotRewritable``
   routing       ``calls_original`` marks a replacement that receives the function it replaces
   the export    ``in_export``, ``use_patch`` / ``count_hit`` (hits by patch id), ``on_export_start``,
-                ``exported_module``, ``current_run``
+                ``exported_module``, ``current_run``, ``built_before_export`` (what traced code needs built)
   sources       ``fingerprint_of``, ``source_of``, ``check_fingerprint`` (raises ``Drifted`` against the row's
                 fingerprints), ``substitute_expressions`` (rewrite a function from its own source), ``runtime``
                 (helpers that rewritten code calls)
@@ -33,8 +33,8 @@ from .versions import installed
 
 __all__ = [
     "Skip", "Drifted", "NotRewritable", "calls_original", "in_export", "use_patch", "count_hit", "on_export_start",
-    "exported_module", "current_run", "fingerprint_of", "source_of", "check_fingerprint", "substitute_expressions",
-    "runtime", "install_always_on", "installed", "is_outside", "returned_leaves",
+    "exported_module", "current_run", "built_before_export", "fingerprint_of", "source_of", "check_fingerprint",
+    "substitute_expressions", "runtime", "install_always_on", "installed", "is_outside", "returned_leaves",
 ]
 
 
@@ -49,6 +49,30 @@ class Drifted(Skip):
 
 fingerprint_of = fingerprint.of
 source_of = fingerprint.source_of  # dedented: what a rewriter parses
+
+
+def built_before_export(module: str, build):
+    """A getter of ``build()``'s result, built once: when an export starts with ``module`` loaded (outside any
+    trace), or at the getter's first call. For a replacement that strict=True traces with Dynamo and that needs
+    what Dynamo cannot build (a rewrite reading a source). Not when the area loads: that may run another module's
+    post-import hook while it is half initialised. The result is kept in a plain list, which Dynamo reads, where
+    functools' caches take a lock it cannot enter."""
+    import sys
+
+    built: list = []
+
+    def get():
+        if not built:
+            built.append(build())
+        return built[0]
+
+    def before_export(entry_args, entry_kwargs):
+        if not built and module in sys.modules:
+            get()
+        return lambda: None
+
+    on_export_start(before_export)
+    return get
 
 
 def check_fingerprint(record, obj, where: str) -> str:

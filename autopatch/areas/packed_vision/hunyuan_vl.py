@@ -25,30 +25,16 @@ from ...kit import calls_original
 from .packed import _firsts, _latest, _locate, packed_interpolation_starts
 
 
-#: vision_utils' interpolation taps, rewritten once (a plain list: strict=True traces the replacement with Dynamo,
-#: which cannot enter the rewrite's reading of the source).
-_TAPS: list = []
-
-
-def _interpolation_taps():
+def _rewritten_taps():
     """``vision_utils.get_vision_interpolation_indices_and_weights`` with ``packed_interpolation_starts``' exclusive
-    sum (the original pads a tensor one shorter than the number of images, which fixes that number). Built when an
-    export starts (outside any trace, ``_build_before_export``), or at the first call."""
-    if not _TAPS:
-        from transformers import vision_utils
+    sum (the original pads a tensor one shorter than the number of images, which fixes that number)."""
+    from transformers import vision_utils
 
-        _TAPS.append(packed_interpolation_starts(vision_utils.get_vision_interpolation_indices_and_weights))
-    return _TAPS[0]
+    return packed_interpolation_starts(vision_utils.get_vision_interpolation_indices_and_weights)
 
 
-def _build_before_export(entry_args, entry_kwargs):
-    """kit.on_export_start callback: the taps, once HunYuan-VL's module is loaded, before Dynamo traces."""
-    if not _TAPS and "transformers.models.hunyuan_vl.modeling_hunyuan_vl" in sys.modules:
-        _interpolation_taps()
-    return lambda: None
-
-
-kit.on_export_start(_build_before_export)
+#: The rewritten taps, built before Dynamo traces (strict=True cannot enter the rewrite's reading of the source).
+_interpolation_taps = kit.built_before_export("transformers.models.hunyuan_vl.modeling_hunyuan_vl", _rewritten_taps)
 
 
 def patch_embed_packed(self, pixel_values, grid_thw):

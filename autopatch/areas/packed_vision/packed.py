@@ -573,6 +573,7 @@ def multimodal_placeholder_check(get_placeholder_mask):
 
     return substitute_expressions(get_placeholder_mask, {_MULTIMODAL_MESSAGE: f"lambda: {_MULTIMODAL_MESSAGE}"})
 
+
 def _latest(flags, values):
     """Per position, ``values`` at the latest position at or before it (same row) where ``flags`` holds; -1 if none."""
     return torch.where(flags, values, torch.full_like(values, -1)).cummax(dim=1).values

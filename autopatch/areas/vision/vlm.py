@@ -96,37 +96,22 @@ def _image_features_v4(
     return _one_tensor(image_features)
 
 
-#: The body for the installed transformers, once built (a plain list: strict=True traces the replacement with
-#: Dynamo, which cannot enter functools.lru_cache's lock).
-_IMAGE_FEATURES: list = []
+def _image_features_body():
+    """The body for the installed transformers. Importing modeling_llava when this module loads would run llava's
+    own post-import hook while this module is half initialised (another VLM's hook, e.g. Gemma3's, may be what
+    loads this module): built by kit.built_before_export instead."""
+    from transformers.models.llava import modeling_llava as llava
+
+    if not hasattr(llava, "select_hidden_states"):
+        return _image_features_v4
+    # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision tower for
+    # the selected hidden states only and honour return_dict; the replacement gets the same.
+    return llava.merge_with_config_defaults(
+        llava.can_return_tuple(llava.select_hidden_states("vision_feature_layer")(_image_features_v5)))
 
 
-def _image_features_for_installed_version():
-    """Built when an export starts (outside any trace, see _build_before_export), or at the first call. Not when
-    this module loads: importing modeling_llava then would run llava's own post-import hook while this module is
-    half initialised (another VLM's hook, e.g. Gemma3's, may be what loads this module)."""
-    if not _IMAGE_FEATURES:
-        from transformers.models.llava import modeling_llava as llava
-
-        if not hasattr(llava, "select_hidden_states"):
-            _IMAGE_FEATURES.append(_image_features_v4)
-        else:
-            # transformers 5: the original is wrapped by decorators that fill the config defaults, ask the vision
-            # tower for the selected hidden states only and honour return_dict; the replacement gets the same.
-            _IMAGE_FEATURES.append(llava.merge_with_config_defaults(
-                llava.can_return_tuple(llava.select_hidden_states("vision_feature_layer")(_image_features_v5))
-            ))
-    return _IMAGE_FEATURES[0]
-
-
-def _build_before_export(entry_args, entry_kwargs):
-    """kit.on_export_start callback: builds the body once Llava's module is loaded, before Dynamo traces."""
-    if not _IMAGE_FEATURES and "transformers.models.llava.modeling_llava" in sys.modules:
-        _image_features_for_installed_version()
-    return lambda: None
-
-
-kit.on_export_start(_build_before_export)
+_image_features_for_installed_version = kit.built_before_export("transformers.models.llava.modeling_llava",
+                                                                _image_features_body)
 
 
 def llava_image_features(self, *args, **kwargs):
