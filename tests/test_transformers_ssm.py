@@ -208,6 +208,47 @@ def test_chunk_scan_equals_upstream(name):
                 torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+class _GatedDeltaRule(torch.nn.Module):
+    """The rewritten gated delta rule behind a parameter, so that its inputs require grad as a model's do."""
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule, self.scale = rule, torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, q, k, v, g, beta):
+        return self.rule(q, k, v * self.scale, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+
+@pytest.mark.requires("transformers>=5.13")
+def test_chunk_scan_exports_strict_with_grad_mode_on():
+    """strict=True outside torch.no_grad(): Dynamo ran the scan's step through scan's autograd, which stacks the
+    values the step saves for its backward, the symbolic batch its broadcasts save included, and stopped on it
+    ("'SymInt' object has no attribute 'unsqueeze'", the chunk decay [chunks, B, H, 1, 1] in the scan's inputs).
+    runtime._scan runs it without grad there: the program matches upstream at other batches and lengths."""
+    from autopatch.areas.state_space import scans
+
+    original = _upstream("qwen4_exp")
+    model = _GatedDeltaRule(scans.gated_delta_chunks_as_scan(original))
+    g = torch.Generator().manual_seed(0)
+
+    def inputs(batch, seq):
+        q, k = (torch.randn(batch, seq, 2, 16, generator=g) for _ in range(2))  # keys: 2 heads, values: 4
+        v, decay, beta = torch.randn(batch, seq, 4, 8, generator=g), -torch.rand(batch, seq, 4, generator=g), \
+            torch.rand(batch, seq, 4, generator=g)
+        return q, k, v, decay, beta
+
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    assert torch.is_grad_enabled()
+    program = torch.export.export(model, inputs(2, 8), dynamic_shapes=[{0: batch, 1: seq}] * 5, strict=True)
+    for sizes in ((3, 5), (1, 70)):  # one chunk, two
+        args = inputs(*sizes)
+        with torch.no_grad():
+            expected = original(args[0], args[1], args[2] * model.scale, args[3], args[4], output_final_state=True,
+                                use_qk_l2norm_in_kernel=True)
+            for got, want in zip(program.module()(*args), expected):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _forward_substitution_loop(strict):
     """Upstream's loop (both chunked attentions'), as traced: row by row."""
     a = strict.clone()

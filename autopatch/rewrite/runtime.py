@@ -255,7 +255,6 @@ def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
     ``state``: ``[B, D, N]``. Returns ``(y [B, D, T] in out_dtype, last state [B, D, N])``, the loop's
     arithmetic step for step."""
     torch = _torch()
-    from torch._higher_order_ops.scan import scan
 
     def step(h, xs):
         a_t, bu_t, c_t = xs  # [B, D, N], [B, D, N], [B, N]
@@ -263,17 +262,33 @@ def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
         return h, torch.matmul(h.to(out_dtype), c_t.unsqueeze(-1))[..., 0]  # y_t: [B, D]
 
     time_first = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.permute(1, 0, 2))
-    last, ys = scan(step, state.to(discrete_A.dtype), time_first)  # ys: [T, B, D]
+    last, ys = _scan(step, state.to(discrete_A.dtype), time_first)  # ys: [T, B, D]
     return ys.permute(1, 2, 0), last
+
+
+def _scan(step, init, xs):
+    """``torch._higher_order_ops.scan(step, init, xs)``, the one call of every scan rewrite here. Under
+    ``strict=True`` with grad mode on (an export outside ``torch.no_grad()``), the scan runs inside
+    ``torch.no_grad()``: Dynamo then runs the scan's fake step through scan's autograd, which stacks every value
+    the step saves for its backward as one more per-step output, the symbolic sizes a broadcast or reshape saves
+    (the batch) included, and stops on them ("'SymInt' object has no attribute 'unsqueeze'", torch 2.13; the same
+    scan under ``torch.no_grad()`` or non-strict exports). The values are the same; the program's recurrence then
+    carries no gradient (export non-strict to train through it). Without grad mode, or non-strict: scan as is."""
+    torch = _torch()
+    from torch._higher_order_ops.scan import scan
+
+    compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
+    if torch.is_grad_enabled() and compiling():
+        with torch.no_grad():
+            return scan(step, init, xs)
+    return scan(step, init, xs)
 
 
 def _scan_along(step, init, inputs: tuple, dim: int):
     """``torch._higher_order_ops.scan`` of ``step`` over axis ``dim`` of every input (scan walks axis 0), the
     stacked outputs' step axis put back at ``dim``: the loops below walk that axis in Python, which unrolls and
     fixes its length. Returns ``(last carried value, outputs)``."""
-    from torch._higher_order_ops.scan import scan
-
-    last, outputs = scan(step, init, tuple(x.movedim(dim, 0) for x in inputs))
+    last, outputs = _scan(step, init, tuple(x.movedim(dim, 0) for x in inputs))
     return last, outputs.movedim(0, dim)
 
 
