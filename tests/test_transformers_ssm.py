@@ -19,7 +19,7 @@ from autopatch import fingerprint, registry, state
 from autopatch.areas.state_space import rows as state_space_rows
 from autopatch.agent import Agent
 from autopatch.models import builders, recurrent
-from conftest import requires
+from conftest import REPO, requires, run_py
 from proving import Proof
 
 TF5 = Version(transformers.__version__) >= Version("5")
@@ -384,6 +384,33 @@ def token_loop_case(model_type):
                                         for name, (_, _, versions) in TOKEN_LOOP_PREFILLS.items()])
 def test_token_loop_prefill_fails_without_its_row_and_matches_eager_with_it(make_agent, model_type):
     proving.prove(token_loop_case(model_type), make_agent)
+
+
+#: xLSTM's strict prefill in a fresh interpreter, agent on by the environment (EXPORT_PATCHES=1), grad mode on as a
+#: script leaves it: the first export of the process, compared with eager at other batches and lengths.
+_XLSTM_STRICT_FIRST = """
+import copy, torch, autopatch
+from autopatch.models import tiny
+arch = tiny.architecture("xlstm", "causal")
+model = tiny.build(arch)
+sets = [dict(tiny.inputs(model, arch, "prefill", k), use_cache=False) for k in range(3)]
+short = {k: v[:, :2] if isinstance(v, torch.Tensor) else v for k, v in sets[2].items()}
+assert torch.is_grad_enabled()
+program = torch.export.export(model, (), kwargs=copy.deepcopy(sets[0]), strict=True,
+                              dynamic_shapes=autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+assert autopatch.last_export_report()["patches"]["transformers.xlstm.mlstm_scan"] == 2
+for inputs in (sets[1], short):
+    got, expected = program.module()(**copy.deepcopy(inputs)).logits, model(**copy.deepcopy(inputs)).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+print("matches eager")
+"""
+
+
+def test_xlstm_strict_prefill_first_in_a_fresh_process_with_grad_mode_on():
+    """The mLSTM scan under strict=True outside torch.no_grad() stopped in Dynamo ("'SymInt' object has no
+    attribute 'unsqueeze'": scan's autograd stacked the symbolic batch its step saves), first export or not."""
+    out = run_py(_XLSTM_STRICT_FIRST, EXPORT_PATCHES="1", PYTHONPATH=str(REPO))
+    assert out.returncode == 0 and "matches eager" in out.stdout, out.stderr[-3000:]
 
 
 def rwkv_step_case():
