@@ -4,7 +4,8 @@ GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Mus
 the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL, Video-LLaMA-3 and LFM3-VL (towers packed the same
 way, each reading the grid image by image in code of its own), GLM-5-Next and dots.ocr 3 (GLM-OCR's tower attention,
 proven on their features and placeholder check), the catalogue's HunYuan-VL (a tower of its own, every
-row its own), and the three Qwen models' on 4.57 (``*_4x`` rows),
+row its own), Nemotron-H-Omni (its RADIO tower's rows and its feature merge's), and the three Qwen models' on
+4.57 (``*_4x`` rows),
 whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the
 text length all dynamic.
 
@@ -17,6 +18,7 @@ batches with other images, grids and lengths, in both export modes, and eager is
 inputs are autopatch.models.packed_vlms'."""
 
 import dataclasses
+import functools
 import random
 
 import pytest
@@ -925,3 +927,158 @@ def test_hunyuan_vl_merger_and_patch_embeddings_equal_upstream():
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(hunyuan_vl.patch_embed_packed(tower.embeddings, pixels, grid),
                                        tower.embeddings(pixels, grid), rtol=1e-5, atol=1e-5)
+
+
+# --- Nemotron-H-Omni (5.23): the RADIO tower packs the images' patches; its rows and the model's feature row ----
+
+NEMOTRON_ROWS = tuple(f"transformers.vision.{row.model}_{row.name}" for row in packed_rows.OWN_ROWS
+                      if row.model in ("radio", "nemotron_h_omni"))
+#: Without a row, measured with the others on: the position grid's resampling compares the image's sides in a Python
+#: `if`; the attention's per-image split by lengths.tolist() guards the chunk sizes; `len(sequence_lengths) > 1` fixes
+#: the image count the export was told is dynamic; the per-image pixel shuffle views each grid at int(side * 0.5).
+NEMOTRON_FAILS = {"radio_embed_packed": r"u1 < Max\(u1, u2\)",
+                  "radio_attention_packed": r"data-dependent expression u\d+ > 1",
+                  "radio_packed_every_count": r"Constraints violated \(images\)",
+                  "nemotron_h_omni_image_features_packed": r"data-dependent expression TruncToInt"}
+
+
+@functools.cache
+def _nemotron_model():
+    """The catalogue's tiny Nemotron-H-Omni, built once for the module (10 s; exports do not change it)."""
+    from autopatch.models import tiny
+
+    return tiny.build(tiny.architecture("nemotron_h_omni", "vlm")).eval()
+
+
+def _nemotron_pixels(config, grids, seed):
+    vision = config.vision_config
+    patches = sum(rows * columns for rows, columns in grids)
+    return {"pixel_values": torch.randn(patches, vision.num_channels * vision.patch_size**2,
+                                        generator=torch.Generator().manual_seed(seed)),
+            "image_grid_hw": torch.tensor(grids)}
+
+
+def _nemotron_batch(config, samples, seed, left_padding=True):
+    """A prefill batch as Nemotron-H-Omni's processor writes it: ``samples`` lists per sample text runs (a count of
+    tokens) and images (``(rows, columns)`` in patches), an image's ``rows * columns / 4`` placeholder tokens where
+    it stands; shorter samples padded (left or right) and masked."""
+    rng, image_token = random.Random(seed), config.image_token_id
+    rows, grids = [], []
+    for items in samples:
+        ids = []
+        for item in items:
+            if isinstance(item, int):
+                ids += [rng.randrange(5, image_token) for _ in range(item)]
+            else:
+                ids += [image_token] * (item[0] * item[1] // 4)
+                grids.append(list(item))
+        rows.append(ids)
+    length = max(len(ids) for ids in rows)
+    input_ids, mask = (torch.zeros(len(rows), length, dtype=torch.long) for _ in range(2))
+    for sample, ids in enumerate(rows):
+        start = length - len(ids) if left_padding else 0
+        input_ids[sample, start:start + len(ids)], mask[sample, start:start + len(ids)] = torch.tensor(ids), 1
+    return {**_nemotron_pixels(config, grids, seed), "input_ids": input_ids, "attention_mask": mask,
+            "use_cache": False}
+
+
+class _NemotronFeatures(torch.nn.Module):
+    """Nemotron-H-Omni's get_image_features, its features concatenated as its forward does."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+
+    def forward(self, pixel_values, image_grid_hw):
+        return torch.cat(self.inner.get_image_features(pixel_values, image_grid_hw).pooler_output)
+
+
+def _nemotron_features_case(rows=NEMOTRON_ROWS, beside=(), fails_with="data-dependent"):
+    """The tower and the feature merge (every row acts there), traced at 2 images and run at other counts and
+    non-square grids. The merged-token count bounded: the patch count, equated with the grid's (data, unbacked),
+    must range within it (an unbounded 4 * Dim spans past int64's largest)."""
+    def build():
+        model = _nemotron_model()
+        sets = [_nemotron_pixels(model.config, grids, seed) for seed, grids in enumerate(
+            ([(4, 4), (4, 8)], [(4, 4), (6, 4), (2, 8)], [(6, 6)], [(2, 2), (8, 4), (4, 10), (6, 2)]))]
+        return _NemotronFeatures(model).eval(), sets[0], sets[1], sets[1:]
+
+    return Proof("nemotron_h_omni/image features", build, rows=tuple(rows), fails_with=fails_with, beside=beside,
+                 shapes=lambda _: {"pixel_values": {0: 4 * Dim("merged", max=4096)},
+                                   "image_grid_hw": {0: Dim("images")}})
+
+
+@V5
+@pytest.mark.parametrize("left_out", NEMOTRON_ROWS, ids=lambda row: row.rsplit(".", 1)[1])
+def test_nemotron_h_omni_features_fail_with_any_row_left_out(make_agent, left_out):
+    others = tuple(row for row in NEMOTRON_ROWS if row != left_out)
+    case = _nemotron_features_case((left_out,), beside=others, fails_with=NEMOTRON_FAILS[left_out.rsplit(".", 1)[1]])
+    proving.fails_without(case, make_agent)
+
+
+def _nemotron_prefill_case():
+    """The catalogue's prefill traced at its first set (2 images of 4 x 4 patches, batch 2, left-padded; the shapes
+    guessed from it and its second) and run at its third (4 images) and at batches of several images per sample
+    of other, non-square grids, padded left or right."""
+    import autopatch
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("nemotron_h_omni", "vlm")
+    sets = {}
+
+    def build():
+        model = _nemotron_model()
+        sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
+        config = model.config
+        mixed = [_nemotron_batch(config, [[3, (4, 6), 2], [1, (6, 4), 5, (2, 2), 1]], seed=1),
+                 _nemotron_batch(config, [[5, (2, 8)], [2, (4, 4), 1], [7, (8, 6), 4, (4, 10), 2]], seed=3,
+                                 left_padding=False)]
+        return model, sets[0], sets[1], [sets[2], *mixed]
+
+    def shapes(model):
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+
+    return Proof("nemotron_h_omni/prefill", build, rows=NEMOTRON_ROWS, fails_with=NEMOTRON_FAILS["radio_embed_packed"],
+                 beside=("pytree",), shapes=shapes)
+
+
+@V5
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_nemotron_h_omni_features_match_eager_at_other_images(make_agent, strict):
+    proving.exports_with(dataclasses.replace(_nemotron_features_case(), strict=strict), make_agent)
+
+
+@V5
+def test_nemotron_h_omni_prefill_matches_eager_at_other_images(make_agent):
+    """The whole model, non-strict (~40 s on a loaded machine: its hybrid Mamba text model; the sweep's strict
+    step exports it strict)."""
+    proving.exports_with(_nemotron_prefill_case(), make_agent)
+
+
+@V5
+def test_nemotron_h_omni_embeddings_and_merge_equal_upstream():
+    """Bit for bit, on random layouts (1 to 4 images of 1 to 24 patches a side for the embeddings, even sides for
+    the merge): the patch embeddings' positions resampled for every patch at once against upstream's per-image
+    F.interpolate (the source it reproduces is the one measured: its fingerprint), and the merged features
+    against upstream's per-image pixel shuffle (the tower eager, its original code, in both)."""
+    from autopatch import fingerprint
+    from autopatch.areas.packed_vision import nemotron_h_omni
+    from transformers.models.radio import modeling_radio
+
+    assert fingerprint.of(modeling_radio.RadioPatchEmbeddings._interpolate_position_embedding) == "6b7cb714a93f"
+    model = _nemotron_model()
+    embeddings = model.vision_model.embeddings
+    upstream = type(model).get_image_features
+    rng = random.Random(4)
+    with torch.no_grad():
+        for trial in range(8):
+            grids = [(rng.randint(1, 24), rng.randint(1, 24)) for _ in range(rng.randint(1, 4))]
+            pixels = _nemotron_pixels(model.config, grids, trial)
+            got = nemotron_h_omni.radio_embed_packed(embeddings, pixels["pixel_values"], pixels["image_grid_hw"])
+            assert torch.equal(got, embeddings(pixels["pixel_values"], pixels["image_grid_hw"])), grids
+            even = _nemotron_pixels(model.config, [(2 * rng.randint(1, 6), 2 * rng.randint(1, 6))
+                                                   for _ in range(rng.randint(1, 4))], trial)
+            expected = torch.cat(upstream(model, **even).pooler_output)
+            got = nemotron_h_omni.nemotron_h_omni_image_features(upstream, model, **even).pooler_output
+            assert len(got) == 1 and torch.equal(got[0], expected)

@@ -158,6 +158,29 @@ OWN_ROWS = (
            "2f913ce0af66", "HunYuanVLModel.get_rope_index groups each sample's tokens with itertools.groupby over "
            "mm_token_type_ids.tolist() and walks the image spans in Python (guard Eq(u0, 0)). The same positions "
            "(column, row, image ordinal on the last three axes) and deltas for every token at once."),
+    # Nemotron-H-Omni: the RADIO tower (its own module, built by AutoModel from the vision config; no other model
+    # uses it) packs the images' patches and reads the grid per image in three places; the model's own image
+    # features pixel-shuffle each image in a loop. Each row is needed (tests/test_transformers_packed_vision.py).
+    OwnRow("radio", "embed_packed", "RadioPatchEmbeddings._embed_packed_patches", "route",
+           "nemotron_h_omni:radio_embed_packed", "3e63ead07665", "RadioPatchEmbeddings._embed_packed_patches "
+           "resamples the learned position grid per image with F.interpolate in a loop over image_grid_hw.tolist(), "
+           "comparing the sizes in Python (guard u1 < Max(u1, u2)). The same taps, weights and sums (F.interpolate's, "
+           "measured bit for bit on the CPU) for every patch at once; one scatter places the class and register "
+           "tokens."),
+    OwnRow("radio", "attention_packed", "RadioAttention.forward", "rewrite", "nemotron_h_omni:radio_attention_one_call",
+           "3ec574fd8360", "RadioAttention.forward (eager and sdpa) splits q/k/v per image with lengths.tolist() and "
+           "attends image by image. Rewritten from the source: one attention call with a block-diagonal mask built "
+           "from cu_seqlens, the same result."),
+    OwnRow("radio", "packed_every_count", "RadioModel._forward_packed", "rewrite",
+           "nemotron_h_omni:radio_packed_every_count", "c4c651229960", "RadioModel._forward_packed passes cu_seqlens "
+           "only when len(sequence_lengths) > 1, which fixes the number of images, and takes the features out by a "
+           "mask whose count is data. Rewritten from the source: cu_seqlens always (one image's block-diagonal mask "
+           "masks nothing), the features' count stated equal to the patches'."),
+    OwnRow("nemotron_h_omni", "image_features_packed", "NemotronH_Omni_Reasoning_V3.get_image_features", "route",
+           "nemotron_h_omni:nemotron_h_omni_image_features", "bfd15543fa79", "NemotronH_Omni_Reasoning_V3."
+           "get_image_features splits the tower's features per image with .tolist() sizes and pixel-shuffles each "
+           "image in a loop, which fixes the number of images and their sizes. The same merged tokens at once: each "
+           "gathers its 2 x 2 block of patches; one element with every image's features."),
 )
 
 #: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
@@ -167,6 +190,10 @@ ROPE_OWNERS = {"qwen2_5_omni": "Qwen2_5OmniPreTrainedModelForConditionalGenerati
 #: Of PACKED_VISION_MODELS, the towers that run windows and positions per patch (spatial merge 1) and merge blocks
 #: of patches afterwards by a gather (pixel shuffle): (model, tower class). One source each (fingerprints in rows).
 PIXEL_SHUFFLE_TOWERS = (("muse_spark", "MuseSparkVisionModel"), ("muse_glimmer", "MuseGlimmerVisionModel"))
+
+#: Of OWN_ROWS, model -> the module (a model type) of its vision tower, whose own rows it needs with its own and
+#: which no model of the table uses: Nemotron-H-Omni's RADIO tower.
+OWN_ROW_TOWERS = {"nemotron_h_omni": "radio"}
 
 #: model -> the model whose module holds its vision tower (built by AutoModel from its vision config): that model's
 #: patch-position and attention rows do the tower's part.
@@ -243,10 +270,14 @@ def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
         model, ())
     core = core if model in _TABLE_MODELS else ()
     tower = BORROWED_TOWERS.get(model, model)
-    model_rows = tuple(row.name for row in OWN_ROWS if row.model == model)
-    return tuple(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}"
-                 for name in (*core, *model_rows)
-                 if name != own and not (name == "rope_index" and model in NO_ROPE_INDEX)) + text_model
+    group = {model, *(a for a, b in OWN_ROW_TOWERS.items() if b == model), *(b for a, b in OWN_ROW_TOWERS.items()
+                                                                              if a == model)}
+    model_rows = tuple((row.model, row.name) for row in OWN_ROWS if row.model in group)
+    own_id = f"transformers.vision.{model}_{own}"
+    return tuple(identifier for identifier in (
+        *(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}" for name in core),
+        *(f"transformers.vision.{owner}_{name}" for owner, name in model_rows))
+        if identifier != own_id and not (identifier.endswith("_rope_index") and model in NO_ROPE_INDEX)) + text_model
 
 
 ROWS = (
@@ -635,6 +666,17 @@ SUMMARIES = (
         "feature split (`_image_features_packed`), a Python `if` on the placeholder count (`_placeholder_check`) "
         "and its rope index's walk over the image spans (`_rope_index`: column, row and image ordinal on the last "
         "three axes, for every token at once).",
+    ),
+    (
+        ('transformers.vision.radio_*', 'transformers.vision.nemotron_h_omni_*'),
+        "Nemotron-H-Omni (5.23): its RADIO tower packs every image's patches into one sequence and reads "
+        "`image_grid_hw` image by image: the learned position grid resampled per image with `F.interpolate` to a "
+        "square as large as the longer side, then cut (`radio_embed_packed`: F.interpolate's taps, weights and "
+        "fused sums for every patch at once, bit for bit on the CPU, and one scatter placing each image's class and "
+        "register tokens), `cu_seqlens` passed only for more than one image (`radio_packed_every_count`: always), "
+        "the attention's per-image chunks (`radio_attention_packed`: one call with the block-diagonal mask); the "
+        "model's features split per image and pixel-shuffled in a loop (`nemotron_h_omni_image_features_packed`: "
+        "every merged token gathers its 2 x 2 block, one element).",
     ),
     (
         ('transformers.vision.qwen4_exp_*',),
