@@ -269,11 +269,11 @@ def linear_recurrence(discrete_A, deltaB_u, C, state, out_dtype):
 def _scan(step, init, xs):
     """``torch._higher_order_ops.scan(step, init, xs)``, the one call of every scan rewrite here. Under
     ``strict=True`` with grad mode on (an export outside ``torch.no_grad()``), the scan runs inside
-    ``torch.no_grad()``: Dynamo then runs the scan's fake step through scan's autograd, which stacks every value
-    the step saves for its backward as one more per-step output, the symbolic sizes a broadcast or reshape saves
-    (the batch) included, and stops on them ("'SymInt' object has no attribute 'unsqueeze'", torch 2.13; the same
-    scan under ``torch.no_grad()`` or non-strict exports). The values are the same; the program's recurrence then
-    carries no gradient (export non-strict to train through it). Without grad mode, or non-strict: scan as is."""
+    ``torch.no_grad()``: Dynamo then runs the scan's fake step through scan's autograd, which stacks every value the
+    step saves for its backward as one more per-step output, the symbolic sizes a broadcast or reshape saves (the
+    batch) included, and stops on them ("'SymInt' object has no attribute 'unsqueeze'", torch 2.9.1 and 2.13.0; the
+    same scan under ``torch.no_grad()`` or non-strict exports). The values are the same; the program's recurrence
+    then carries no gradient (export non-strict to train through it). Without grad mode, or non-strict: scan as is."""
     torch = _torch()
     from torch._higher_order_ops.scan import scan
 
