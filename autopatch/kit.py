@@ -6,7 +6,8 @@ installers beside them. Everything those need from the agent is here, so the cor
   errors        ``Skip`` (decided not to apply), ``Drifted`` (the source changed), ``NotRewritable``
   routing       ``calls_original`` marks a replacement that receives the function it replaces
   the export    ``in_export``, ``use_patch`` / ``count_hit`` (hits by patch id), ``on_export_start``,
-                ``exported_module``, ``current_run``, ``built_before_export`` (what traced code needs built)
+                ``exported_module``, ``current_run``, ``built_before_export`` (what traced code needs built),
+                ``note`` (a decision the user should know of: in the export's report, logged once)
   sources       ``fingerprint_of``, ``source_of``, ``check_fingerprint`` (raises ``Drifted`` against the row's
                 fingerprints), ``substitute_expressions`` (rewrite a function from its own source), ``runtime``
                 (helpers that rewritten code calls)
@@ -25,7 +26,7 @@ from __future__ import annotations
 from . import fingerprint
 from .rewrite import runtime
 from .rewrite.control_flow import NotRewritable, substitute_expressions
-from .scope import count_hit, current_run, exported_module, in_export, on_export_start, use_patch
+from .scope import count_hit, current_run, exported_module, in_export, note, on_export_start, use_patch
 from .spec import calls_original
 from .errors import is_outside
 from .onnx_inputs import returned_leaves
@@ -33,8 +34,9 @@ from .versions import installed
 
 __all__ = [
     "Skip", "Drifted", "NotRewritable", "calls_original", "in_export", "use_patch", "count_hit", "on_export_start",
-    "exported_module", "current_run", "built_before_export", "fingerprint_of", "source_of", "check_fingerprint",
-    "substitute_expressions", "runtime", "install_always_on", "installed", "is_outside", "returned_leaves",
+    "exported_module", "current_run", "note", "built_before_export", "fingerprint_of", "source_of",
+    "check_fingerprint", "substitute_expressions", "runtime", "install_always_on", "installed", "is_outside",
+    "returned_leaves",
 ]
 
 

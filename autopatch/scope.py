@@ -84,6 +84,27 @@ def use_patch(patch_id: str) -> bool:
 use_patch._dynamo_marked_constant = True
 
 
+#: The notes already logged by this process (``note``): each once, however many exports make it.
+_NOTES_SAID: set = set()
+
+
+def note(message: str) -> None:
+    """Records ``message`` in this thread's export run (once per run: ``last_export_report()["notes"]``) and logs
+    it as a warning once per process: what the agent decided for an export that the user should know of."""
+    run = _RUN.get()
+    if run is not None and message not in run.notes:
+        run.notes.append(message)
+    if message not in _NOTES_SAID:
+        _NOTES_SAID.add(message)
+        from . import logs
+
+        logs.warning("%s", message)
+
+
+# Called from code dynamo traces under strict=True (a scan rewrite): run it at trace time instead.
+note._dynamo_marked_constant = True
+
+
 def make_router(original, replacement, record):
     """A stand-in for ``original`` that calls ``replacement`` only inside this thread's export."""
     patch_id = record.spec.id

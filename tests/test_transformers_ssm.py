@@ -398,7 +398,10 @@ short = {k: v[:, :2] if isinstance(v, torch.Tensor) else v for k, v in sets[2].i
 assert torch.is_grad_enabled()
 program = torch.export.export(model, (), kwargs=copy.deepcopy(sets[0]), strict=True,
                               dynamic_shapes=autopatch.guess_dynamic_shapes(sets[0], sets[1]))
-assert autopatch.last_export_report()["patches"]["transformers.xlstm.mlstm_scan"] == 2
+report = autopatch.last_export_report()
+assert report["patches"]["transformers.xlstm.mlstm_scan"] == 2
+from autopatch.rewrite import runtime
+assert report["notes"] == [runtime.SCAN_WITHOUT_GRAD], report["notes"]  # the gradient it will not give: said
 for inputs in (sets[1], short):
     got, expected = program.module()(**copy.deepcopy(inputs)).logits, model(**copy.deepcopy(inputs)).logits
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
@@ -411,6 +414,7 @@ def test_xlstm_strict_prefill_first_in_a_fresh_process_with_grad_mode_on():
     attribute 'unsqueeze'": scan's autograd stacked the symbolic batch its step saves), first export or not."""
     out = run_py(_XLSTM_STRICT_FIRST, EXPORT_PATCHES="1", PYTHONPATH=str(REPO))
     assert out.returncode == 0 and "matches eager" in out.stdout, out.stderr[-3000:]
+    assert out.stderr.count("no gradient flows back through them") == 1, out.stderr[-3000:]  # once a process
 
 
 def rwkv_step_case():

@@ -279,9 +279,20 @@ def _scan(step, init, xs):
 
     compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
     if torch.is_grad_enabled() and compiling():
+        from .. import scope
+
+        scope.note(SCAN_WITHOUT_GRAD)  # a gradient the program will not give: said, never silent
         with torch.no_grad():
             return scan(step, init, xs)
     return scan(step, init, xs)
+
+
+#: What a strict export with grad mode on is told (``_scan``), in its report and once per process as a warning.
+SCAN_WITHOUT_GRAD = (
+    "autopatch: strict=True export with grad mode on: the agent's scan rewrites (state-space and linear-attention "
+    "recurrences) run without grad in this program, so no gradient flows back through them; the values are "
+    "exact. Export under torch.no_grad() to silence this, or non-strict to train through the program"
+)
 
 
 def _scan_along(step, init, inputs: tuple, dim: int):

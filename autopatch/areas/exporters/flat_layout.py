@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import logging
 
 import torch
 import torch.utils._pytree as pytree
@@ -156,10 +155,6 @@ def _set_path(obj, path: str, value) -> None:
         setattr(obj, last, value)
 
 
-#: Step-aside messages already logged by this process (once each).
-_SAID: set = set()
-
-
 def _defer(cache):
     """transformers' own flatten for this cache (a layout the walk cannot permute into): never a guess."""
     from transformers.exporters import exporter_dynamo
@@ -168,12 +163,7 @@ def _defer(cache):
         f"autopatch: {type(cache).__name__} does not map one-to-one onto transformers' names; flattened by "
         "transformers' own function for this export"
     )
-    run = kit.current_run()
-    if run is not None and message not in run.notes:
-        run.notes.append(message)
-    if message not in _SAID:
-        _SAID.add(message)
-        logging.getLogger("autopatch").warning(message)
+    kit.note(message)
     tensors, inner = exporter_dynamo._pytree_flatten(cache)
     paths = [f"{i}" for i in range(len(tensors))]
     return tensors, (DEFERRED, _freeze(inner)), paths
