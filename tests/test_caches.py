@@ -471,3 +471,55 @@ def test_static_cache_with_sliding_layers_is_exact_or_refused(pytree_patches, mo
         run = _static_inputs(model, config, 2, 5, 2, 3)
         wrong = (program.module()(**copy.deepcopy(run)).logits - model(**copy.deepcopy(run)).logits).abs().max()
     assert wrong > 1e-2
+
+
+def _deepseek_v4_prefill(batch, past, seed):
+    """A 2-layer DeepSeek-V4 (its heavily compressed then its compressed sparse layer, the config class's ratios
+    and window) after an eager prefill of ``past`` tokens: the model and its cache."""
+    from autopatch.models import tiny
+
+    config = tiny.tiny_config("deepseek_v4")
+    config.num_hidden_layers = 2
+    config.layer_types = ["heavily_compressed_attention", "compressed_sparse_attention"]
+    config.mlp_layer_types = ["hash_moe", "moe"]
+    torch.manual_seed(0)
+    model = tiny.model_class(tiny.architecture("deepseek_v4", "causal"))(config).eval()
+    return model, builders.decode_inputs(model, config, batch, past, 1, seed=seed)["past_key_values"]
+
+
+@requires("transformers>=5.23")
+def test_a_layer_whose_constructor_takes_the_config_travels_with_its_own_state(pytree_patches):
+    """5.23's DeepSeek-V4 cache layers are built from the model's config (DeepseekV4HCACache(config)), which they do
+    not keep: the decode export stopped on "__init__() missing 1 required positional argument: 'config'". Such a
+    layer is rebuilt as its nearest base class that needs no more than a layer keeps (DynamicSlidingWindowLayer
+    here), then its own state is set: tensors (the compressor's buffers, compressed entries, overlap) as leaves,
+    the rest as structure; the count of compressed entries from their tensor's size, never a constant."""
+    _, cache = _deepseek_v4_prefill(2, 10, seed=1)
+    leaves, spec = torch.utils._pytree.tree_flatten(cache)
+    rebuilt = torch.utils._pytree.tree_unflatten(leaves, spec)
+    assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in cache.layers]
+    for layer, original in zip(rebuilt.layers, cache.layers):
+        # the mark of a count taken from the keys (sliding_windows.layers: a cache of sliding layers only) aside
+        assert {n for n in vars(layer) if not n.startswith("_autopatch")} == set(vars(original))
+        for name, value in vars(original).items():
+            assert torch.utils._pytree.tree_structure(vars(layer)[name]) == torch.utils._pytree.tree_structure(value)
+            for got, expected in zip(torch.utils._pytree.tree_leaves(vars(layer)[name]),
+                                     torch.utils._pytree.tree_leaves(value)):
+                assert torch.equal(got, expected) if isinstance(expected, torch.Tensor) else got == expected, name
+    assert rebuilt.layers[1].entry_count == {"compressor": 2, "indexer": 2}  # 10 tokens, windows of 4
+    assert all(isinstance(t, torch.Tensor) for t in leaves)
+    assert 2 not in [c for c in torch.utils._pytree.tree_leaves(spec.context)  # no count in the structure
+                     if type(c) is int and c != 128 and c != 4]
+
+    class Reads(torch.nn.Module):  # what a step reads of the layers: keys, buffers, overlap, positions of windows
+        def forward(self, past_key_values):
+            layer = past_key_values.layers[1]
+            first = layer.entry_count["compressor"] * layer.compress_rate
+            return (layer.keys.sum() + layer.buffer_kv["indexer"].sum() + layer.overlap_gate["compressor"].sum()
+                    + past_key_values.layers[0].buffer_kv["compressor"].sum(), torch.arange(first, first + 3))
+
+    traced, other, run = ({"past_key_values": _deepseek_v4_prefill(b, p, seed)[1]}
+                          for b, p, seed in ((2, 10, 1), (3, 13, 2), (4, 23, 3)))
+    program = proving.export(Reads(), traced, other)
+    with torch.no_grad():
+        assert_same_outputs(program.module()(**copy.deepcopy(run)), Reads()(**copy.deepcopy(run)))

@@ -118,10 +118,13 @@ class Attributes(typing.NamedTuple):
 
 
 def split(obj, skip=frozenset()) -> Attributes:
+    return split_items((name, value) for name, value in vars(obj).items() if name not in skip)
+
+
+def split_items(items) -> Attributes:
+    """``split`` of (name, value) pairs."""
     tensors, static, batch, order = [], [], [], []
-    for name, value in vars(obj).items():
-        if name in skip:
-            continue
+    for name, value in items:
         order.append(name)
         if holds_tensor(value):
             tensors.append(name)

@@ -18,7 +18,9 @@ Keys and values use the layout of transformers' own ``register_dynamic_cache_exp
 specs keep working.  ``EncoderDecoderCache`` flattens to ``[self_attention_cache, cross_attention_cache]``.
 
 The context holds structure only: the cache class, each layer's class, its constructor arguments (sliding
-window, max cache length, number of states), which states it holds, a subclass's non-tensor attributes.  Never
+window, max cache length, number of states), which states it holds, a subclass's non-tensor attributes.  A layer
+whose constructor wants more than that (5.23's DeepSeek-V4 layers take the model's config) is rebuilt as its
+nearest base class that does not, and its own attributes travel as a cache subclass's do.  Never
 per-call counters: a traced past length must not become a constant of the graph, and no leaf exists that only
 our own dynamic-shapes guesser would mark.  A dynamic sliding layer's ``cumulative_length`` (tokens seen, more
 than it holds once past its window) is rebuilt on unflatten from sizes the caller's keys/values shapes already
@@ -59,6 +61,13 @@ def _qualified(cls) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def _constructible(cls) -> bool:
+    """Whether ``cls(**CTOR_ARGS)`` builds the class: every argument its constructor requires is one of them."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return all(p.name in CTOR_ARGS or p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in params)
+
+
 class LayerKinds:
     """What the codec knows of each layer class, computed outside any trace (dynamo, under strict=True,
     traces flatten and unflatten and cannot trace inspect)."""
@@ -67,13 +76,24 @@ class LayerKinds:
         self.by_name: dict = {}
         self.ctor_args: dict = {}
         self.init_takes_values: dict = {}
+        #: The class a layer is rebuilt as before its own attributes are set: itself, or, when its constructor
+        #: wants more than CTOR_ARGS (5.23's DeepSeek-V4 layers take the model's config), the nearest base class
+        #: that does not.
+        self.built_as: dict = {}
+        #: The attributes that class's constructor and lazy_initialization set (empty when it is the class itself):
+        #: the layer's other attributes are its own state, which travels (own_state).
+        self.base_attrs: dict = {}
 
     def learn(self, cls) -> None:
         if cls in self.ctor_args:
             return
-        params = inspect.signature(cls.__init__).parameters
+        built_as = next((base for base in cls.__mro__ if hasattr(base, "lazy_initialization")
+                         and _constructible(base)), cls)
+        params = inspect.signature(built_as.__init__).parameters
         takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
         self.ctor_args[cls] = tuple(a for a in CTOR_ARGS if a in params or takes_any)
+        self.built_as[cls] = built_as
+        self.base_attrs[cls] = _base_attrs(built_as, self.ctor_args[cls]) if built_as is not cls else frozenset()
         init = getattr(cls, "lazy_initialization", None)
         # transformers 4.56-4.57: lazy_initialization(self, key_states); 5.x: (self, key_states, value_states).
         self.init_takes_values[cls] = init is not None and len(inspect.signature(init).parameters) >= 3
@@ -86,6 +106,63 @@ class LayerKinds:
                     self.learn(obj)
                 except (TypeError, ValueError):
                     pass
+
+
+def _base_attrs(built_as, ctor_args) -> frozenset:
+    """The attributes ``built_as``'s constructor and its first update's lazy_initialization set, on a probe."""
+    try:
+        probe = built_as(**{name: 1 for name in ctor_args})
+    except Exception:  # not rebuilt from a base then: the class's own constructor is called, as before
+        return frozenset()
+    try:
+        probe.lazy_initialization(torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1))
+    except Exception:  # 4.56-4.57 take the keys only; a layer of another kind keeps what its constructor set
+        try:
+            probe.lazy_initialization(torch.zeros(1, 1, 1, 1))
+        except Exception:
+            pass
+    return frozenset(vars(probe))
+
+
+#: Python int counters a layer of its own kind keeps beside the tensors they count, by attribute: a dict of
+#: ints, each the length (dim 1) of the tensor under the same key of another attribute (0 where that holds None).
+#: 5.23's DeepSeek-V4 layers count their compressed entries (entry_count) beside them (compressed_kv). Such a
+#: count is a per-call value: in the context it would make the traced count a constant of the program, so it
+#: is rebuilt from the sizes the tensors' own dynamic shapes mark.
+COUNTS_OF = (("entry_count", "compressed_kv"),)
+
+
+def _counted_length(tensor) -> int:
+    return tensor.shape[1] if isinstance(tensor, torch.Tensor) else 0
+
+
+def _own_state(layer, kinds: LayerKinds):
+    """A layer's attributes besides those its rebuilt class sets (see LayerKinds.built_as): tensors as children
+    (as cache_attributes splits them), the rest as structure, COUNTS_OF counters as the names of what they count."""
+    base = kinds.base_attrs[type(layer)]
+    if not base:
+        return None
+    state = {name: value for name, value in vars(layer).items()
+             if name not in base and not name.startswith("_autopatch") and name not in ("dtype", "device")}
+    counts = []
+    for name, counted in COUNTS_OF:
+        value, tensors = state.get(name), state.get(counted)
+        if isinstance(value, dict) and isinstance(tensors, dict) and set(value) == set(tensors) and all(
+            type(value[key]) is not int or value[key] == _counted_length(tensors[key]) for key in value
+        ):
+            counts.append((name, counted, tuple(value)))
+            del state[name]
+    return cache_attributes.split_items(state.items()), tuple(counts)
+
+
+def _restore_own_state(layer, own, queues) -> None:
+    attributes, counts = own
+    attributes = cache_attributes.Attributes(*attributes)
+    children = [queues[name].pop(0) for name in attributes.tensors]
+    cache_attributes.restore(layer, attributes, children)
+    for name, counted, keys in counts:
+        tensors = getattr(layer, counted)
+        setattr(layer, name, {key: _counted_length(tensors[key]) for key in keys})
 
 
 def _is_linear(layer) -> bool:
@@ -151,7 +228,10 @@ def _describe_layer(layer, kinds: LayerKinds):
     linear = _linear_states(layer) if _is_linear(layer) else ()
     ints = tuple((name, getattr(layer, name)) for name in INT_COUNTERS if type(getattr(layer, name, None)) is int)
     tensors = tuple(name for name, _ in LAYER_TENSORS if isinstance(getattr(layer, name, None), torch.Tensor))
-    return (_qualified(cls), kwargs, kv, counter, linear, ints, tensors)
+    own = _own_state(layer, kinds)
+    if own is None:
+        return (_qualified(cls), kwargs, kv, counter, linear, ints, tensors)
+    return (_qualified(cls), kwargs, kv, counter, linear, ints, tensors, own)
 
 
 def _ctor_value(layer, name: str):
@@ -176,7 +256,15 @@ def _layer_slots(layer, description) -> list:
         if rec:
             slots.append(("recurrent_states", _state(layer, "recurrent", index)))
     slots += [(name, getattr(layer, name)) for name in _layer_tensors(description)]
+    own = _own(description)
+    if own is not None:
+        slots += [(name, getattr(layer, name)) for name in cache_attributes.Attributes(*own[0]).tensors]
     return slots
+
+
+def _own(description):
+    """The layer's own state (_own_state) a description carries; None for a layer rebuilt as its own class."""
+    return description[7] if len(description) > 7 else None
 
 
 def _layer_tensors(description) -> tuple:
@@ -255,7 +343,12 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
         for description in layers:
             layer_name, kwargs, kv, counter, linear, *ints = description[:6]  # ints: absent from older contexts
             cls = kinds.by_name[layer_name]
-            layer = cls(**dict(kwargs))
+            own = _own(description)
+            if own is None:
+                layer = cls(**dict(kwargs))
+            else:  # its constructor wants more than the layer keeps (a config): its base's, then its own state
+                layer = cls.__new__(cls)
+                kinds.built_as[cls].__init__(layer, **dict(kwargs))
             for name, value in (ints[0] if ints else ()):
                 setattr(layer, name, value)
             if kv:
@@ -271,6 +364,8 @@ def make_layered_codec(cache_cls, kinds: LayerKinds, base_init, base_attrs, patc
                 _set(layer, "has_previous_state", index, previous)
             for name in _layer_tensors(description):
                 _fill_layer_tensor(layer, name, queues[name].pop(0))
+            if own is not None:
+                _restore_own_state(layer, own, queues)
             built.append(layer)
         _rebuild_sliding_lengths(built, layers)
         cache = cache_cls.__new__(cache_cls)

@@ -135,7 +135,10 @@ SUMMARIES = (
         'also those defined after activation) as an export input or output, with every layer kind: full, '
         "sliding window (past its window too), linear attention (mamba-like), hybrid, dummy, and 5.23's "
         'indexed layers, whose sparse-attention indexer keys travel as leaves too (DeepSeek-V3.2, '
-        'GLM-MoE-DSA: without them the indexer starts afresh and the export stops) (transformers 4.56+).',
+        'GLM-MoE-DSA: without them the indexer starts afresh and the export stops), and layers whose '
+        "constructor takes the model's config (5.23's DeepSeek-V4 compressed-attention layers: rebuilt as their "
+        'base class, their compressor buffers and compressed entries as leaves, their entry counts read from '
+        'those sizes) (transformers 4.56+).',
     ),
     (
         ('pytree.static_cache',),
