@@ -181,6 +181,35 @@ OWN_ROWS = (
            "get_image_features splits the tower's features per image with .tolist() sizes and pixel-shuffles each "
            "image in a loop, which fixes the number of images and their sizes. The same merged tokens at once: each "
            "gathers its 2 x 2 block of patches; one element with every image's features."),
+    # MiniCPM-V 4.7: a NaViT-style SigLIP tower of its own (every image's patches in one strip, target_sizes their
+    # (rows, columns)), its merger folding each image's blocks, a canvas rope index of its own (minicpmv.py).
+    OwnRow("minicpmv4_7", "nearest_positions", "get_vision_nearest_position_ids", "route",
+           "minicpmv:nearest_position_ids", "69c3c3136fab", "vision_utils.get_vision_nearest_position_ids loops "
+           "over target_sizes.tolist() to bucket each image's rows and columns onto the learned position grid "
+           "(int() of a data-dependent value). The same buckets for every patch at once, found by its image."),
+    OwnRow("minicpmv4_7", "attention_packed", "MiniCPMV4_7VisionAttention.forward", "rewrite",
+           "minicpmv:attention_one_call", "0ad253d6b6b5", "MiniCPMV4_7VisionAttention.forward (eager and sdpa) "
+           "splits q/k/v per image with lengths.tolist() and attends chunk by chunk. Rewritten from the source: one "
+           "attention call with a block-diagonal mask built from cu_seqlens, the same result."),
+    OwnRow("minicpmv4_7", "windows_packed", "get_vision_window_index", "route", "packed_window_index",
+           "420d88ca4b33", "The tower's window-attention merger lists each image's 2 x 2 windows with "
+           "vision_utils.get_vision_window_index, a loop over grid_thw.tolist() (Qwen2.5-VL's windows, merge and "
+           "patch size 1). packed_window_index's same order and bounds at once."),
+    OwnRow("minicpmv4_7", "window_rows", "MiniCPMV4_7ViTWindowAttentionMerger.forward", "rewrite",
+           "minicpmv:window_rows_stated", "03f9f9caa366", "MiniCPMV4_7ViTWindowAttentionMerger.forward reorders "
+           "the patches by the window index, whose length the program reads from the grid (data): the attention "
+           "after it stops on that size (guard u1 > 1). Rewritten from the source: the index is stated as long as "
+           "the patches (the windows list every patch once)."),
+    OwnRow("minicpmv4_7", "merger_packed", "MiniCPMV4_7Merger.forward", "route", "minicpmv:merger_packed",
+           "a188fef17190", "MiniCPMV4_7Merger.forward cuts each image's patches out of the packed sequence and "
+           "folds its 2 x 2 blocks in a loop over the images, viewed at sizes read from target_sizes (data). The "
+           "same blocks at once: every merged token gathers its patches; one element, which the caller "
+           "concatenates to the same tensor."),
+    OwnRow("minicpmv4_7", "rope_index", "MiniCPMV4_7Model.get_rope_index", "route", "minicpmv:rope_index",
+           "f96c27a04412", "MiniCPMV4_7Model.get_rope_index walks each sample's tokens in Python (input_ids.tolist(), "
+           "itertools.groupby) to lay its images out on a canvas. For images without detail slices, the same "
+           "positions and deltas for every token at once (slices and a few other layouts refused at run time, "
+           "videos keep the original)."),
 )
 
 #: model -> the class defining its get_rope_index, where that is not the model class (a base it inherits from).
@@ -677,6 +706,17 @@ SUMMARIES = (
         "the attention's per-image chunks (`radio_attention_packed`: one call with the block-diagonal mask); the "
         "model's features split per image and pixel-shuffled in a loop (`nemotron_h_omni_image_features_packed`: "
         "every merged token gathers its 2 x 2 block, one element).",
+    ),
+    (
+        ('transformers.vision.minicpmv4_7_*',),
+        "MiniCPM-V 4.7 (5.23): a NaViT-style SigLIP tower of its own (every image's patches in one strip, "
+        "`target_sizes` their grids), reading the grid image by image in six places, each rewritten loop-free: "
+        "vision_utils' nearest-bucket positions (`_nearest_positions`), the attention's chunks (`_attention_packed`: "
+        "one call with the block-diagonal mask), its window merger's windows (`_windows_packed`: Qwen2.5-VL's row) "
+        "and the reorder by them (`_window_rows`: the index stated as long as the patches), the merger's 2 x 2 "
+        "folds (`_merger_packed`: every block gathered at once) and its canvas rope index (`_rope_index`: every "
+        "token at once for images without detail slices; slices are refused at run time, videos keep the "
+        "original).",
     ),
     (
         ('transformers.vision.qwen4_exp_*',),
