@@ -285,8 +285,10 @@ _TOWER_ROWS = ("patch_positions_packed", "attention_packed")
 #: transformers.<model>.gated_delta_scan too.
 GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe", "qwen4_exp")
 
-#: Other rows a model's text model needs for its prefill to export: Qwen4-Exp's sparse-attention indexer.
-TEXT_NEEDS = {"qwen4_exp": ("transformers.masks.qwen4_exp_block_selection",)}
+#: Other rows a model's text model needs for its prefill to export: Qwen4-Exp's sparse-attention indexer, MiniCPM-V
+#: 4.7's Qwen3.5 text model's gated delta scan.
+TEXT_NEEDS = {"qwen4_exp": ("transformers.masks.qwen4_exp_block_selection",),
+              "minicpmv4_7": ("transformers.qwen3_5.gated_delta_scan",)}
 
 
 #: The models of PACKED_VISION_MODELS: their rows need the table's (PACKED_CORE); the other models' are all in
