@@ -36,8 +36,9 @@ def nearest_position_ids(target_sizes, num_patches_per_side, kwargs=None):
     dtype = torch.get_default_dtype()
     row = within.div(width, rounding_mode="floor").to(dtype) / heights[image].to(dtype)
     column = (within % width).to(dtype) / width.to(dtype)
-    bucket_row = torch.bucketize(row, boundaries, right=True)
-    bucket_column = torch.bucketize(column, boundaries, right=True)
+    # bucketize is searchsorted with its arguments swapped (the agent translates searchsorted to ONNX)
+    bucket_row = torch.searchsorted(boundaries, row, right=True)
+    bucket_column = torch.searchsorted(boundaries, column, right=True)
     return bucket_row * num_patches_per_side + bucket_column
 
 
@@ -108,7 +109,7 @@ def rope_index(original, self, input_ids, mm_token_type_ids=None, target_sizes=N
     ``(o, o + rows, o + columns)``, its other markers ``(o, o, o)``; a later frame overwrites the first token.
     Dropped tokens get 0; the deltas are the sample's largest position + 1 - its kept tokens.
 
-    Here each token finds its frame by the latest frame start at or before it (kept tokens first, in a stable
+    Here each token finds its frame by the latest frame start at or before it (kept tokens moved first, in their
     order: the same neighbours as upstream's unpadded list) and the running position by a cumulative sum. Videos
     keep the original (whose export stops). Refused at run time, where upstream would lay them out: a crop
     ``<slice>`` opens (a frame of detail slices), a crop on a sample's first kept token, a crop whose length is not
@@ -123,15 +124,18 @@ def rope_index(original, self, input_ids, mm_token_type_ids=None, target_sizes=N
     batch, length = input_ids.shape
     kept = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
             else attention_mask.to(device).bool())
-    # Kept tokens first, in their order (upstream's list of the kept ones), one sentinel column after them all.
-    order = torch.sort((~kept).to(torch.int32), dim=1, stable=True).indices
+    # Kept tokens first, in their order (upstream's list of the kept ones), then the dropped ones: each token's
+    # place ``dest`` (a permutation, by cumulative counts: no sort, which torch.onnx cannot translate), and one
+    # sentinel column after them all.
     count = kept.sum(1, keepdim=True)
+    dest = torch.where(kept, kept.long().cumsum(1) - 1, count + (~kept).long().cumsum(1) - 1)
     column = torch.arange(length + 1, device=device).expand(batch, length + 1)
     inside = column < count
-    ids = torch.cat([input_ids.gather(1, order), input_ids.new_full((batch, 1), -1)], 1)
-    kinds = torch.cat([mm_token_type_ids.to(device).gather(1, order), ids.new_zeros(batch, 1)], 1)
+    ids = torch.cat([torch.zeros_like(input_ids).scatter(1, dest, input_ids), input_ids.new_full((batch, 1), -1)], 1)
+    kinds = mm_token_type_ids.to(device=device, dtype=torch.long)
+    kinds = torch.cat([torch.zeros_like(kinds).scatter(1, dest, kinds), ids.new_zeros(batch, 1)], 1)
     ids = torch.where(inside, ids, -1)
-    kinds = torch.where(inside, kinds.to(torch.long), 0)
+    kinds = torch.where(inside, kinds, 0)
     torch._check_tensor_all((kinds == 0) | (kinds == 1))  # a video token: upstream reads a video grid
     image = kinds == 1
     before = torch.cat([image.new_zeros(batch, 1), image[:, :-1]], 1)
@@ -146,8 +150,9 @@ def rope_index(original, self, input_ids, mm_token_type_ids=None, target_sizes=N
         previous = torch.cat([ids.new_full((batch, 1), -1), ids[:, :-1]], 1)
         later = opens & (opens.long().cumsum(1) > 1)  # a crop after the sample's first: a slice if <slice> opens it
         torch._check_tensor_all(~(later & (previous == self.config.slice_start_id)))
-    # A frame's end: the first token at or after its crop's end that is not a marker (the sentinel column is not).
-    stop = torch.where(is_marker, length + 1, column).flip(1).cummin(1).values.flip(1)
+    # A frame's end: the first token at or after its crop's end that is not a marker (the sentinel column is not);
+    # a running minimum from the right, as a cummax of the negated columns (the agent translates cummax to ONNX).
+    stop = -torch.where(is_marker, -(length + 1), -column).flip(1).cummax(1).values.flip(1)
     # The crops in batch order: each image token's crop number, and per crop its start, end, frame end and grid.
     ordinal = (opens.flatten().cumsum(0).view(batch, length + 1) - 1).clamp(min=0)
     crops = batch * (length + 1)
@@ -189,8 +194,7 @@ def rope_index(original, self, input_ids, mm_token_type_ids=None, target_sizes=N
     compact = torch.stack([origin, height, width])
     compact = torch.where(owned[None], compact, running[None])
     compact = torch.where(inside[None], compact, 0)[:, :, :length]
-    position_ids = torch.zeros(3, batch, length, dtype=torch.long, device=device).scatter(
-        2, order[None].expand(3, -1, -1), compact)
+    position_ids = compact.gather(2, dest[None].expand(3, -1, -1))  # back in place; dropped tokens 0
     rope_deltas = position_ids.amax(dim=(0, 2)).unsqueeze(1) + 1 - count
     return position_ids, rope_deltas.long()
 
