@@ -36,10 +36,16 @@ MARKERS = {"image_start_id": 120, "image_end_id": 121, "newline_id": 122, "slice
 
 def _model(insert_layer_id=1):
     """The catalogue's MiniCPM-V 4.7 with marker ids, its window merger after the tower's second layer (the
-    catalogue keeps the config's insert_layer_id, 6, past its two layers: the merger would never run)."""
+    catalogue keeps the config's insert_layer_id, 6, past its two layers: the merger would never run), and one
+    full-attention text layer: the rows are the tower's and the rope index's, and the config's Qwen3.5 text layers
+    (three linear-attention ones) made each export here cost minutes (the sweep exports the catalogue's own)."""
     from autopatch.models import tiny
 
-    model = tiny.build(tiny.architecture("minicpmv4_7", "vlm"))
+    arch = tiny.architecture("minicpmv4_7", "vlm")
+    config = tiny.tiny_config(arch.model_type)
+    config.text_config.layer_types, config.text_config.num_hidden_layers = ["full_attention"], 1
+    torch.manual_seed(0)
+    model = tiny.model_class(arch)(config).eval()
     for name, value in MARKERS.items():
         setattr(model.config, name, value)
     model.config.vision_config.insert_layer_id = insert_layer_id
