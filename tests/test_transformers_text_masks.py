@@ -1,9 +1,10 @@
-"""transformers.masks.fsmt_padding, .cpmant_prompt_positions, .longt5_default_mask, .switch_transformers_default_mask:
-text models whose own mask code decides in Python.
+"""transformers.masks.fsmt_padding, .cpmant_prompt_positions, .longt5_default_mask, .switch_transformers_default_mask,
+.pegasus_x_default_mask, .bigbird_pegasus_default_mask: text models whose own mask code decides in Python.
 
 FSMT's forward stops on a branch on the data (a padding mask with no pad becomes None); CPM-Ant's prefill program
 takes only the traced length (its mask's positions come from ``range(seq)``); LongT5's decode step without an
-attention mask stops (its default mask is skipped while compiling), and so does 4.x Switch Transformers'. With
+attention mask stops (its default mask is skipped while compiling), and so does 4.x Switch Transformers'; 4.x
+Pegasus-X's and BigBird-Pegasus' decoders skip it too and size their causal mask one column past the scores. With
 the rows they export, and the program matches eager, every output leaf, on other batches and lengths (FSMT: with
 pads in the decoder's ids too, the case the original keeps its mask for). The models are the tiny catalogue's."""
 
@@ -71,6 +72,45 @@ def switch_case():
                          ids=["fsmt", "cpmant", "longt5", "switch_transformers"])
 def test_export_fails_without_the_row_and_matches_eager_with_it(make_agent, case):
     proving.prove(case(), make_agent)
+
+
+def _encoded(model, inputs: dict, k: int) -> dict:
+    """``inputs`` with the source encoded first, as generate() does (the decoder is what the rows change; these
+    encoders take most of a minute to trace), and its mask: all ones in set 0 (the traced one), the rows
+    right-padded by amounts that differ from set to set otherwise (encoded with that mask, and passed for the
+    cross-attention)."""
+    from autopatch.models import builders
+
+    inputs = dict(inputs)
+    ids = inputs.pop("input_ids")
+    batch, source = ids.shape
+    mask = torch.ones(batch, source, dtype=torch.long)
+    for row, pads in enumerate(builders.left_pads(batch, source, k) if k else [0] * batch):
+        mask[row, source - pads:] = 0
+    with torch.no_grad():
+        encoded = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    return dict(inputs, encoder_outputs=encoded, attention_mask=mask)
+
+
+def pegasus_decoder_case(model_type: str, step: str):
+    """4.x Pegasus-X's or BigBird-Pegasus' ``step`` as the catalogue builds it, without decoder_attention_mask (the
+    default mask the row builds), on a source encoded first and padded in the sets it is run at; the decode step's
+    cache compared leaf by leaf too."""
+    def build():
+        model, sets = _sets(model_type, "seq2seq", step)
+        sets = [_encoded(model, inputs, k) for k, inputs in enumerate(sets)]
+        return model, sets[0], sets[1], sets[1:]
+
+    return Proof(f"{model_type}/{step}", build, rows=(f"transformers.masks.{model_type}_default_mask",),
+                 fails_with=r"The size of tensor a \(.+\) must match the size of tensor b \(.+ \+ 1\)",
+                 beside=("all",))
+
+
+@requires("transformers<5")
+@pytest.mark.parametrize("model_type, step", [("pegasus_x", "decode"), ("bigbird_pegasus", "decode"),
+                                               ("bigbird_pegasus", "forward")])
+def test_pegasus_decoders_default_mask(make_agent, model_type, step):
+    proving.prove(pegasus_decoder_case(model_type, step), make_agent)
 
 
 def test_the_rewrites_give_eager_results_exactly():

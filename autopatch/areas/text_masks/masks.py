@@ -23,8 +23,9 @@ def cpmant_positions_by_arange(prepare_attention_mask):
 
 
 def longt5_default_mask_always(forward):
-    """``LongT5Stack.forward`` (and 4.x ``SwitchTransformersStack.forward``): the default mask (``torch.ones(batch,
-    past + seq)``) is built whenever none is given, under export too, as eager code builds it."""
+    """``LongT5Stack.forward`` (and 4.x ``SwitchTransformersStack.forward``, ``PegasusXDecoder.forward``,
+    ``BigBirdPegasusDecoder.forward``): the default mask (``torch.ones(batch, past + seq)``) is built whenever none
+    is given, under export too, as eager code builds it."""
     from ...kit import substitute_expressions
 
     return substitute_expressions(forward, {

@@ -1,7 +1,7 @@
 """The rows of this area. Text models whose own mask code decides with Python on data or on a size: FSMT drops a
 padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``,
-LongT5 skips its default mask while compiling and then needs it, Qwen4-Exp's sparse-attention indexer selects each
-row's keys in a Python loop.
+LongT5 (and 4.x Switch Transformers, Pegasus-X, BigBird-Pegasus) skips its default mask while compiling and then
+needs it, Qwen4-Exp's sparse-attention indexer selects each row's keys in a Python loop.
 """
 
 from __future__ import annotations
@@ -65,6 +65,35 @@ ROWS = (
         "\"'NoneType' object is not subscriptable\". The same rewrite: the default mask is built under export.",
     ),
     PatchSpec(
+        id="transformers.masks.pegasus_x_default_mask",
+        family="transformers",
+        trigger="transformers.models.pegasus_x.modeling_pegasus_x",
+        target="PegasusXDecoder.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.masks:longt5_default_mask_always",
+        # 5.x builds its masks with masking_utils, which sizes a missing mask by the keys
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("b6bb85e176ee",),  # 4.57.6
+        reason="4.x PegasusXDecoder.forward skips its all-ones default mask while compiling; _update_causal_mask "
+        "then sizes the causal mask past + seq + 1 (one column more than the keys, which SDPA would cut off), and "
+        "Pegasus-X's eager attention adds it to the scores: an export without decoder_attention_mask stopped on "
+        "'The size of tensor a (s28) must match the size of tensor b (s28 + 1)'. The same rewrite as LongT5's: "
+        "the default mask is built under export, as eager builds it.",
+    ),
+    PatchSpec(
+        id="transformers.masks.bigbird_pegasus_default_mask",
+        family="transformers",
+        trigger="transformers.models.bigbird_pegasus.modeling_bigbird_pegasus",
+        target="BigBirdPegasusDecoder.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.masks:longt5_default_mask_always",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("6e0a9debde42",),  # 4.57.6
+        reason="4.x BigBirdPegasusDecoder.forward, Pegasus-X's code: the default mask skipped while compiling, a "
+        "causal mask one column longer than the keys added to its eager attention's scores (an export without "
+        "decoder_attention_mask stopped on 's28 + 1'). The default mask is built under export, as eager builds it.",
+    ),
+    PatchSpec(
         id="transformers.masks.qwen4_exp_block_selection",
         family="transformers",
         trigger="transformers.models.qwen4_exp.modeling_qwen4_exp",
@@ -95,10 +124,14 @@ SUMMARIES = (
         "positions by `torch.arange`.",
     ),
     (
-        ("transformers.masks.longt5_default_mask", "transformers.masks.switch_transformers_default_mask"),
+        (
+            "transformers.masks.longt5_default_mask", "transformers.masks.switch_transformers_default_mask",
+            "transformers.masks.pegasus_x_default_mask", "transformers.masks.bigbird_pegasus_default_mask",
+        ),
         "LongT5 skipped building its default all-ones mask while compiling, then its local attention split the "
-        "missing mask: an export without attention_mask stopped; so did 4.x Switch Transformers' encoder. The "
-        "default mask is built under export too.",
+        "missing mask: an export without attention_mask stopped; so did 4.x Switch Transformers' encoder, and 4.x "
+        "Pegasus-X's and BigBird-Pegasus' decoders, whose causal mask then had one column more than their eager "
+        "attention's scores. The default mask is built under export too.",
     ),
     (
         ("transformers.masks.qwen4_exp_block_selection",),
