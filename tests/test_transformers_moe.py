@@ -1,6 +1,7 @@
 """transformers.moe.*: the 4.x mixture-of-experts blocks loop in Python over nonzero() of the experts hit, a
 data-dependent guard for torch.export. Fails without the patch, exports with it, the program matches eager on
-other sizes, and eager is unchanged. On 5.x the blocks export as they are and the patches are skipped."""
+other sizes, and eager is unchanged. On 5.x the blocks export as they are and the patches are skipped. X-MOD's
+4.x language adapters, chosen per sample the same way, are proven here too."""
 
 import copy
 
@@ -271,3 +272,66 @@ def test_the_translation_is_registered_only_inside_an_export(make_agent):
     make_agent()
     target = torch.ops.transformers.grouped_mm_fallback.default
     assert not ONNXRegistry.from_torchlib().is_registered(target)  # a registry built outside export: torch's own
+
+
+# --- 4.x X-MOD: language adapters chosen per sample ---------------------------------------------------------------
+
+def xmod_case(step):
+    """The catalogue's X-MOD ``step`` with three languages (the catalogue keeps the config's one), each set's
+    samples in languages that are not in runs (0, 2, -1...: the 4.x split makes a run of each), one given as -1
+    (the list index wraps it to the last language); the caches as the catalogue builds them, the masks of the sets
+    it is run at left-padded."""
+    from autopatch.models import tiny
+
+    def build_case():
+        arch = tiny.architecture("xmod", "causal")
+        klass = tiny.model_class(arch)
+        config = tiny._config_for(klass, tiny.tiny_config("xmod"), "causal")  # tiny.build's, with more languages
+        config.languages = ["en_XX", "de_DE", "fr_XX"]
+        torch.manual_seed(0)
+        model = klass(config).eval()
+        tiny._no_zero_matrices(model)  # the adapters' outputs differ from language to language
+        model.set_default_language("en_XX")  # the catalogue's decode sets are built on an eager prefill without ids
+        sets = []
+        for k in range(3):
+            inputs = tiny.inputs(model, arch, step, k)
+            batch = inputs["input_ids"].shape[0]
+            inputs["lang_ids"] = torch.tensor([(0, 2, -1, 1)[(row + k) % 4] for row in range(batch)])
+            if k:  # the sets it is run at left-padded (the decode step's past)
+                mask = inputs["attention_mask"].clone()
+                room = mask.shape[1] - (inputs["input_ids"].shape[1] if step == "decode" else 0)
+                for row, pads in enumerate(builders.left_pads(batch, room, k)):
+                    mask[row, :pads] = 0
+                inputs["attention_mask"] = mask
+            sets.append(inputs)
+        return model, sets[0], sets[1], sets[1:]
+
+    return Proof(f"xmod/{step}", build_case, rows=("transformers.moe.xmod_lang_adapter",),
+                 fails_with="data-dependent expression", beside=("all",))
+
+
+@requires("transformers>=4.56,<5")
+@pytest.mark.parametrize("step", ["prefill", "decode"])
+def test_xmod_lang_adapter_fails_without_the_row_and_matches_eager_with_it(make_agent, step):
+    proving.prove(xmod_case(step), make_agent)
+
+
+@requires("transformers>=4.56,<5")
+def test_xmod_lang_adapter_is_the_originals_exactly():
+    """The replacement against 4.x lang_adapter in eager code, bit for bit: runs of one language and samples
+    alone, negative ids (wrapped), float ids (the 4.x default is a float tensor; int() truncates them)."""
+    from transformers.models.xmod import modeling_xmod
+
+    from autopatch.areas.moe.experts import xmod_lang_adapter
+
+    model, _, _, _ = xmod_case("prefill").build()
+    output = next(m for m in model.modules() if isinstance(m, modeling_xmod.XmodOutput))
+    generator = torch.Generator().manual_seed(0)
+    for ids in ([0, 2, -1, 1], [1, 1, 0], [2], [-3.0, 0.0, 2.0, 1.7], [0, 0, 0, 0, 1]):
+        ids = torch.tensor(ids)
+        states = torch.randn(len(ids), 5, model.config.hidden_size, generator=generator)
+        with torch.no_grad():
+            expected = modeling_xmod.XmodOutput.lang_adapter(output, ids, states.clone())
+            assert torch.equal(xmod_lang_adapter(output, ids, states.clone()), expected), ids
+    with torch.no_grad():  # the languages' adapters differ: a sample given another one's would show
+        assert not torch.equal(expected[-1], modeling_xmod.XmodOutput.lang_adapter(output, ids[:1], states[-1:])[0])

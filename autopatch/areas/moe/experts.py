@@ -220,3 +220,31 @@ def longcat_flash_experts_forward(self, hidden_states, top_k_index, top_k_weight
             out = F.linear(self.act_fn(gate) * up, self.down_proj[expert])
         total = total + (out * dense[:, expert, None]).to(hidden_states.dtype)
     return total
+
+
+def xmod_lang_adapter(self, lang_ids: torch.Tensor, hidden_states: torch.Tensor):
+    """XmodOutput.lang_adapter (4.x) with every language's adapter applied to every sample, each sample keeping
+    its own language's output. 4.x splits the batch into runs of one language (``unique_consecutive``,
+    ``split(counts.tolist())``) and indexes the adapters with ``int(lang_id.item())``: data-dependent sizes and
+    a Python int per run. The same outputs in the same order; the cost is one adapter call per language."""
+    if not self.ln_before_adapter:
+        residual = hidden_states
+    if self.adapter_layer_norm is not None:
+        hidden_states = self.adapter_layer_norm(hidden_states)
+    elif self.adapter_reuse_layer_norm:
+        hidden_states = self.LayerNorm(hidden_states)
+    if self.ln_before_adapter:
+        residual = hidden_states
+
+    count = len(self.adapter_modules)
+    # int() truncates (the 4.x default ids are floats) and a list index wraps negative ones; others raise there.
+    ids = lang_ids.long()
+    torch._assert_async(((ids >= -count) & (ids < count)).all(), "xmod: a lang_id names no adapter")
+    ids = torch.where(ids < 0, ids + count, ids).view(-1, *[1] * (hidden_states.dim() - 1))
+    adapted = torch.zeros_like(hidden_states)
+    for index, adapter in enumerate(self.adapter_modules.values()):
+        adapted = torch.where(ids == index, adapter(hidden_states), adapted)
+
+    hidden_states = self.dropout(adapted)
+    hidden_states += residual
+    return hidden_states

@@ -204,6 +204,20 @@ ROWS = (
         reason="DBRX's 5.x experts (not behind transformers' experts implementations) loop over nonzero() of the "
         "experts hit: a data-dependent number of iterations (guard Eq(u0, 0)). Every expert on every token instead.",
     ),
+    PatchSpec(
+        id="transformers.moe.xmod_lang_adapter",
+        family="transformers",
+        trigger="transformers.models.xmod.modeling_xmod",
+        target="XmodOutput.lang_adapter",
+        mode="route",
+        replacement="autopatch.areas.moe.experts:xmod_lang_adapter",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("341e787c0598",),  # 4.57.6
+        reason="4.x X-MOD picks each sample's language adapter like an expert: it splits the batch into runs of "
+        "one language with unique_consecutive and split(counts.tolist()) and indexes the adapters with "
+        "int(lang_id.item()): data-dependent sizes (guard Eq(u0, 0)) stop its prefill and decode. Under export "
+        "every adapter runs on every sample and each sample keeps its own language's output (5.x exports as is).",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -249,5 +263,11 @@ SUMMARIES = (
         "DBRX's 5.x experts are not behind transformers' experts implementations and loop over "
         "`nonzero()` of the experts hit; every expert on every token instead (5.23's source; 5.3-5.12 "
         'reshape by the wrong size, which eager itself fails on).',
+    ),
+    (
+        ("transformers.moe.xmod_lang_adapter",),
+        "4.x X-MOD split its batch into runs of one language (`unique_consecutive`, `split(counts.tolist())`) to "
+        "call each run's language adapter, data-dependent sizes: every adapter runs on every sample, each sample "
+        "keeps its own language's output.",
     ),
 )
