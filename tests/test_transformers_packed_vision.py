@@ -4,14 +4,15 @@ GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Mus
 the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL, Video-LLaMA-3 and LFM3-VL (towers packed the same
 way, each reading the grid image by image in code of its own), GLM-5-Next and dots.ocr 3 (GLM-OCR's tower attention,
 proven on their features and placeholder check), the catalogue's HunYuan-VL (a tower of its own, every
-row its own), Nemotron-H-Omni (its RADIO tower's rows and its feature merge's), and the three Qwen models' on
-4.57 (``*_4x`` rows),
+row its own), Nemotron-H-Omni (its RADIO tower's rows and its feature merge's), and the three Qwen models',
+Qwen3-VL-MoE's, GLM-4V's and GLM-4V-MoE's on 4.57 (``*_4x`` rows),
 whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the
 text length all dynamic.
 
 Upstream reads image_grid_thw and the token kinds in Python four times (vision positions, per-frame attention
 chunks, per-image feature split, the language model's 3-axis positions; Qwen2.5-VL also lists attention windows
-per image, Qwen3-VL pads a tensor sized by the image count, 4.57 checks the placeholder count in a Python if).
+per image, Qwen3-VL pads a tensor sized by the image count, 4.57 checks the placeholder count in a Python if, and
+4.57's GLM-4V hands its position embeddings the frames' lengths as a list, repeated in a loop).
 Each row is needed (the export fails with any one left out; for a model made of another's very sources, without
 its rows, the fingerprints showing they are the same); with all of them the program matches eager on
 batches with other images, grids and lengths, in both export modes, and eager is unchanged. The models and their
@@ -31,7 +32,7 @@ from autopatch.areas.packed_vision import rows as packed_rows
 from autopatch.areas.packed_vision import hunyuan_vl
 from autopatch.areas.packed_vision import packed as packed
 from autopatch.models import packed_vlms
-from autopatch.models.packed_vlms import IMAGE, MERGE, NAMES_4, NAMES_5, VIDEO, VISION_START
+from autopatch.models.packed_vlms import IMAGE, MERGE, NAMES_4, NAMES_5, VIDEO, VIDEO_END, VIDEO_START, VISION_START
 from conftest import requires, run_py
 from proving import Proof
 
@@ -47,9 +48,10 @@ def _rows(model):
     """The rows a non-strict export of ``model`` needs."""
     if model in NAMES_4:
         name = model[:-3]
-        extra = {"qwen2_5_vl": ("windows_packed",), "qwen3_vl": ("position_grid",)}.get(name, ())
+        own = tuple(row.name for row in packed_rows.OWN_ROWS_4X if row.model == name)
         return tuple(f"transformers.vision.{name}_{row}_4x" for row in (
-            "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *extra))
+            "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *own)
+        ) + TEXT_NEEDS_4X.get(model, ())
     tower = packed_rows.BORROWED_TOWERS.get(model, model)  # GLM-4.6V and Cosmos3-Omni: another model's tower
     rows = [f"transformers.vision.{tower}_{row}" for row in ("patch_positions_packed", "attention_packed")]
     rows += [f"transformers.vision.{model}_{row}" for row in ("image_features_packed", "rope_index")
@@ -62,6 +64,10 @@ def _rows(model):
     if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
     return tuple(rows)
+
+
+#: 4.57's text models that need a row of their own: GLM-4V-MoE's experts (Glm4vMoeTextMoE.moe, GLM-4-MoE's source).
+TEXT_NEEDS_4X = {"glm4v_moe_4x": ("transformers.moe.glm4v_moe",)}
 
 
 def _strict_rows(model):
@@ -84,7 +90,8 @@ NO_CACHE_WHEN_STRICT = packed_rows.GATED_DELTA_TEXT
 
 #: Rows a model's text model needs beside (in both halves): EXAONE 4.5's and LFM3's sliding-window layers fill their
 #: cache.
-TEXT_ROWS = {"exaone4_5": ("transformers.cache.sliding_update",), "lfm3_vl": ("transformers.cache.sliding_update",)}
+TEXT_ROWS = {"exaone4_5": ("transformers.cache.sliding_update",), "lfm3_vl": ("transformers.cache.sliding_update",),
+             "qwen3_vl_moe_4x": ("torch.min_max_by_range",)}  # 4.57's experts: a guard on min(.., 64 * seq)
 
 
 def packed_case(model, rows, beside=("pytree",), strict=False):
@@ -106,7 +113,18 @@ def packed_case(model, rows, beside=("pytree",), strict=False):
 #: Models whose every row patches the very source (same fingerprints) of a model proven row by row: each row's
 #: need is that model's; their own test shows the export fails without their rows, and checks the fingerprints.
 SAME_SOURCES = {"qwen3_vl_moe": "qwen3_vl", "qwen3_5_moe": "qwen3_5", "cohere_compass": "qwen3_vl",
-                "cosmos3_omni": "qwen3_vl"}
+                "cosmos3_omni": "qwen3_vl", "qwen3_vl_moe_4x": "qwen3_vl_4x", "glm4v_moe_4x": "glm4v_4x"}
+
+#: Of those, the rows unlike their model's (another fingerprint, or none there: a text model's own), left out one
+#: at a time as every row of the other models: 4.57's Qwen3-VL-MoE rope index (its docstring names the MoE model),
+#: GLM-4V-MoE's experts.
+OWN_OF_SAME_SOURCES = {"qwen3_vl_moe_4x": ("transformers.vision.qwen3_vl_moe_rope_index_4x",),
+                       "glm4v_moe_4x": ("transformers.moe.glm4v_moe",)}
+
+
+def _left_out(model):
+    """The rows of ``model`` its test leaves out one at a time."""
+    return OWN_OF_SAME_SOURCES.get(model, ()) if model in SAME_SOURCES else _rows(model)
 
 
 #: Rows proven elsewhere on the same function: the gated delta rule's (tests/test_transformers_ssm.py, its chunked
@@ -116,19 +134,25 @@ PROVEN_ELSEWHERE = ("gated_delta_scan",)
 
 @pytest.mark.parametrize("model, left_out", [
     pytest.param(p.values[0], row, marks=p.marks, id=f"{p.values[0]}-{row.rsplit('.', 1)[1]}")
-    for p in MODELS if p.values[0] not in SAME_SOURCES for row in _rows(p.values[0])
-    if not row.endswith(PROVEN_ELSEWHERE)])
+    for p in MODELS for row in _left_out(p.values[0]) if not row.endswith(PROVEN_ELSEWHERE)])
 def test_export_fails_with_any_row_left_out(make_agent, model, left_out):
     others = tuple(row for row in _rows(model) if row != left_out)
     proving.fails_without(packed_case(model, (left_out,), beside=("pytree", *others)), make_agent)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in SAME_SOURCES])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V4 if m in NAMES_4 else V5) for m in SAME_SOURCES])
 def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
     """Row by row, the same fingerprints as the rows of the model they copy (whose rows the test above leaves out
-    one at a time); and without any of them the export fails."""
+    one at a time), but for their own (OWN_OF_SAME_SOURCES: another fingerprint or no such row there, left out
+    above too); and without any of them the export fails."""
     model_rows, proven_rows = _rows(model), _rows(SAME_SOURCES[model])
-    assert [proving.row(r).fingerprints for r in model_rows] == [proving.row(r).fingerprints for r in proven_rows]
+    name, proven_name = model.removesuffix("_4x"), SAME_SOURCES[model].removesuffix("_4x")
+    counterparts = {r: r.replace(f".{name}_", f".{proven_name}_", 1) for r in model_rows}
+    own = OWN_OF_SAME_SOURCES.get(model, ())
+    assert sorted(c for c in counterparts.values() if c in proven_rows) == sorted(proven_rows)
+    for r, c in counterparts.items():
+        same = c in proven_rows and proving.row(r).fingerprints == proving.row(c).fingerprints
+        assert same != (r in own), r
     proving.fails_without(packed_case(model, model_rows), make_agent)
 
 
@@ -176,8 +200,8 @@ def test_patch_positions_equal_upstream(include_temporal):
 def _random_batches(model, seed, count=60):
     """Random batches for the rope-index tests: text runs, images and videos (several per sample, in any order,
     each after a vision-start token; Qwen3-VL's video frames each after timestamp text and a vision-start token, as
-    its processor writes them), left padding. Yields (ids, kinds, mask, image_grid or None, video_grid or None,
-    grids by kind)."""
+    its processor writes them; 4.57 GLM-4V's as ``glm4v_4x``, below), left padding. Yields (ids, kinds, mask,
+    image_grid or None, video_grid or None, grids by kind)."""
     rng = random.Random(seed)
     for _ in range(count):
         samples, grids = [], {1: [], 2: []}
@@ -188,6 +212,14 @@ def _random_batches(model, seed, count=60):
                 grid = (rng.randint(1, 4), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
                 grids[kind].append(grid)
                 placeholder, frame = (IMAGE if kind == 1 else VIDEO), grid[1] * grid[2] // MERGE**2
+                if model == "glm4v_4x":  # 4.57's GLM-4V: image placeholders, a video's frames between its start and
+                    # end tokens, each after an image-start token, with a timestamp after it; a video id is text
+                    frames = [grid[0] * frame] if kind == 1 else [frame] * grid[0]
+                    tokens += [VIDEO_START] * (kind == 2) + [VIDEO] * (rng.random() < 0.2)
+                    for count in frames:
+                        tokens += [VISION_START] + [IMAGE] * count + [5] * rng.randint(kind - 1, 2)
+                    tokens += [VIDEO_END] * (kind == 2) + [5] * rng.randint(1, 3)
+                    continue
                 tokens.append(VISION_START)
                 if kind == 2 and model == "qwen3_vl":  # a timestamp and a vision start before every frame but the first
                     tokens += [placeholder] * frame
@@ -314,7 +346,7 @@ ZERO_CODE_SAME_AS = {"glm4v_moe": "glm4v", "glm_ocr": "glm4v", "glm46v": "glm4v"
 _ZERO_CODE_5 = [m for m in NAMES_5 if m not in (*SAME_SOURCES, *ZERO_CODE_SAME_AS)]
 ZERO_CODE_GROUPS = [pytest.param(_ZERO_CODE_5[::2], marks=V5, id="5.x-first"),
                     pytest.param(_ZERO_CODE_5[1::2], marks=V5, id="5.x-second"),
-                    pytest.param(list(NAMES_4), marks=V4, id="4.x")]
+                    pytest.param([m for m in NAMES_4 if m not in SAME_SOURCES], marks=V4, id="4.x")]
 
 
 @pytest.mark.parametrize("models", ZERO_CODE_GROUPS)
@@ -340,16 +372,26 @@ for name in {models!r}:
     assert [line for line in result.stdout.splitlines() if line.startswith("OK ")] == [f"OK {m}" for m in models]
 
 
+def _row_4x(model):
+    """The PACKED_VISION_MODELS_4X row of ``model`` (``<name>_4x``)."""
+    return next(row for row in packed_rows.PACKED_VISION_MODELS_4X if row.model == model.removesuffix("_4x"))
+
+
+#: The 4.57 models of rope indices that find images by vision-start tokens (GLM-4V's by the placeholder runs).
+VISION_START_4X = [m for m in NAMES_4 if not m.startswith("glm")]
+
+
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in NAMES_4])
 def test_rope_index_4x_equals_upstream_on_mixed_batches(model):
-    """4.57's rules (the kinds read from placeholder ids after vision-start tokens, a group advancing past its
-    largest index, dropped tokens at 1; Qwen2.5-VL's whole seconds per grid, images' frames at one time), with and
-    without an attention mask."""
+    """4.57's rules (the kinds read from placeholder ids after vision-start tokens, GLM-4V's from video-start and
+    end tokens around its frames, a group advancing past its largest index, dropped tokens at 1; Qwen2.5-VL's
+    whole seconds per grid, images' frames at one time), with and without an attention mask."""
     name = model[:-3]
-    replacement = getattr(packed, f"{name}_rope_index_4x")
+    replacement = getattr(packed, _row_4x(model).rope_index)
     language = packed_vlms.build(model).model
     rng = random.Random(3)
-    for ids, _, mask, image_grid, video_grid, grids in _random_batches(name, seed=2):
+    batches = "glm4v_4x" if name.startswith("glm4v") else "qwen3_vl" if name.startswith("qwen3_vl") else name
+    for ids, _, mask, image_grid, video_grid, grids in _random_batches(batches, seed=2):
         extra = {}
         if name == "qwen2_5_vl" and video_grid is not None and rng.random() < 0.7:  # else 1 s per grid
             extra["second_per_grid_ts"] = torch.tensor([rng.choice((0.5, 1.0, 1.3, 2.0)) for _ in grids[2]])
@@ -360,15 +402,16 @@ def test_rope_index_4x_equals_upstream_on_mixed_batches(model):
                 assert e.dtype == g.dtype and torch.equal(e, g)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in NAMES_4])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V4) for m in VISION_START_4X])
 def test_rope_index_4x_without_vision_start_tokens_gives_text_positions_as_upstream(model):
     """4.x counts images by their vision-start tokens: placeholders without one get text positions in eager, and
     the replacement gave them image positions (a program off by 2.5e-3 in the logits, measured on the sweep's
     tiny Qwen2-VL, whose prompts had no vision-start token). A row with some runs opened and others not is
     refused: 4.x pairs its grids with the runs in an order of its own."""
     name = model[:-3]
-    replacement = getattr(packed, f"{name}_rope_index_4x")
+    replacement = getattr(packed, _row_4x(model).rope_index)
     language = packed_vlms.build(model).model
+    name = "qwen3_vl" if name.startswith("qwen3_vl") else name  # its batches
     for ids, _, mask, image_grid, video_grid, _ in _random_batches(name, seed=5, count=20):
         bare = torch.where(ids == VISION_START, torch.full_like(ids, 5), ids)
         expected = language.get_rope_index(bare, image_grid, video_grid, attention_mask=mask)
@@ -405,11 +448,44 @@ def test_position_grid_4x_equals_upstream():
 
 
 @V4
-@pytest.mark.parametrize("model", NAMES_4)
+@pytest.mark.parametrize("model", [m for m in NAMES_4 if m not in SAME_SOURCES])
 def test_rot_pos_emb_4x_equals_upstream(model):
+    """The rotary table (and GLM-4V's positions beside it) for random grids."""
     tower = packed_vlms.build(model).model.visual
+    replacement = getattr(packed, _row_4x(model).rot_pos_emb)
     for grids in _random_grids(random.Random(6), count=30):
-        assert torch.equal(packed.rot_pos_emb_4x(tower, grids), tower.rot_pos_emb(grids))
+        got, expected = replacement(tower, grids), tower.rot_pos_emb(grids)
+        assert all(torch.equal(g, e) for g, e in zip(*(torch.utils._pytree.tree_leaves(x) for x in (got, expected))))
+        assert type(got) is type(expected)
+
+
+@V4
+def test_glm4v_position_embedding_4x_equals_upstream():
+    """4.57's GLM-4V resamples its learned positions to each frame's target size: rewritten, the patches find their
+    frame by searchsorted and read the same row of the grid, for random grids of one-frame images (upstream reads
+    the i-th frame's size from the grid's i-th row: an image of two frames fails there, as here; its videos come
+    one row per frame)."""
+    from transformers.models.glm4v.modeling_glm4v import Glm4vVisionEmbeddings
+
+    embeddings = packed_vlms.build("glm4v_4x").model.visual.embeddings
+    rewritten = packed.glm4v_position_embedding_4x(Glm4vVisionEmbeddings.forward)
+
+    def both(grids):
+        """Upstream's call and the rewritten one, on the tower's lengths and positions for ``grids``."""
+        lengths = torch.repeat_interleave(grids[:, 1] * grids[:, 2], grids[:, 0])
+        positions = packed.packed_position_ids(grids, MERGE)
+        hidden = torch.randn(int(lengths.sum()), embeddings.embed_dim)
+        return (lambda: embeddings(hidden, lengths.tolist(), grids, positions[:, 0], positions[:, 1]),
+                lambda: rewritten(embeddings, hidden, lengths.int(), grids, positions[:, 0], positions[:, 1]))
+
+    with torch.no_grad():
+        for grids in _random_grids(random.Random(8), count=30):
+            grids[:, 0] = 1
+            expected, got = (run() for run in both(grids))
+            assert torch.equal(got, expected)
+        for run in both(torch.tensor([[2, 4, 4]])):
+            with pytest.raises(IndexError):
+                run()
 
 
 # --- Muse Spark, Muse Glimmer and Kimi-K2.5: the tiny catalogue's, with loops of their own --------------------

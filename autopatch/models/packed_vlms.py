@@ -7,7 +7,8 @@ definition for the tests and any tool that builds them.
                tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL,
                Video-LLaMA-3 (SigLIP towers packed the same way, one frame per patch; Video-LLaMA-3 takes a merge
                size per image) and LFM3-VL (convolution and attention layers in its tower)
-    NAMES_4    the three Qwen models as 4.57 configures them (``<model>_4x``: the text settings and mrope elsewhere)
+    NAMES_4    the three Qwen models, Qwen3-VL-MoE, GLM-4V and GLM-4V-MoE as 4.57 configures them (``<model>_4x``:
+               the text settings and mrope elsewhere; GLM's videos between video-start and video-end tokens)
 
 An image is a grid (frames, rows, columns) of 4x4-pixel patches, 2x2 of them merged into one language-model token.
 Each sample holds one image after a first text token and a vision-start token; shorter samples are left-padded.
@@ -20,13 +21,14 @@ import transformers
 from torch.export import Dim
 
 IMAGE, VIDEO, VISION_START = 120, 121, 122
+VIDEO_START, VIDEO_END = 123, 124  # 4.x GLM-4V's rope index finds a video's frames between them
 MERGE = 2  # spatial_merge_size: 2x2 patches make one language-model token
 PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one flattened patch
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
            "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3",
            "lfm3_vl")
-NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
+NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256}
@@ -54,6 +56,11 @@ QWEN3_5_TEXT = {**TEXT, "head_dim": 16, "layer_types": ["linear_attention", "ful
 GLM_ROPE = {**MROPE, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}
 # The MoE variants' experts: 4, 2 per token, in every layer.
 EXPERTS = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+# 4.57's GLM-4V: its placeholder ids, and the video-start and end tokens its rope index reads.
+GLM_TOKENS_4X = {"image_token_id": IMAGE, "video_token_id": VIDEO, "image_start_token_id": VISION_START,
+                 "video_start_token_id": VIDEO_START, "video_end_token_id": VIDEO_END}
+# GLM-4V-MoE's experts: the class's first layer dense, then 4 routed experts (2 per token) and a shared one.
+GLM_EXPERTS = {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1}
 
 
 def _config(name):
@@ -72,6 +79,22 @@ def _config(name):
             text_config={**TEXT, "head_dim": 16, "rope_scaling": {"rope_type": "default", "mrope_interleaved": True,
                                                                  "mrope_section": MROPE["mrope_section"]}},
             **TOKENS)
+    if name == "qwen3_vl_moe_4x":
+        return t.Qwen3VLMoeConfig(
+            vision_config=QWEN3_TOWER,
+            text_config={**TEXT, **EXPERTS, "head_dim": 16,
+                         "rope_scaling": {"rope_type": "default", "mrope_interleaved": True,
+                                          "mrope_section": MROPE["mrope_section"]}},
+            **TOKENS)
+    if name in ("glm4v_4x", "glm4v_moe_4x"):  # half the head dims rotate (GLM-4V's checkpoints; GLM-4V-MoE's
+        # class default), over time, rows and columns (2, 1, 1)
+        rope = {"type": "default", "mrope_section": GLM_ROPE["mrope_section"]}
+        if name == "glm4v_4x":
+            return t.Glm4vConfig(vision_config={**OTHER_TOWER, "image_size": 16},
+                                 text_config={**TEXT, "partial_rotary_factor": 0.5, "rope_scaling": rope},
+                                 **GLM_TOKENS_4X)
+        return t.Glm4vMoeConfig(vision_config={**OTHER_TOWER, "image_size": 16},
+                                text_config={**TEXT, **GLM_EXPERTS, "rope_scaling": rope}, **GLM_TOKENS_4X)
     if name == "qwen2_vl":
         return t.Qwen2VLConfig(vision_config=QWEN2_TOWER, text_config={**TEXT, "rope_parameters": MROPE}, **TOKENS,
                                bos_token_id=0, eos_token_id=1, pad_token_id=0)
@@ -86,8 +109,7 @@ def _config(name):
     if name == "glm4v_moe":  # GLM-4V's; the class's first layer dense, then 4 routed experts and a shared one
         return t.Glm4vMoeConfig(
             vision_config={**OTHER_TOWER, "image_size": 16},
-            text_config={**TEXT, "rope_parameters": GLM_ROPE, "n_routed_experts": 4, "num_experts_per_tok": 2,
-                         "moe_intermediate_size": 32, "n_shared_experts": 1},
+            text_config={**TEXT, "rope_parameters": GLM_ROPE, **GLM_EXPERTS},
             image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START)
     if name == "glm_ocr":  # GLM-4V's tower with query and key norms; every head dim rotates (its class default)
         return t.GlmOcrConfig(

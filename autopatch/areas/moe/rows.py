@@ -68,7 +68,7 @@ ROWS = (
             "weighted by the router's top-k weights scattered densely.",
         )
         for model, block in (("deepseek_v3", "DeepseekV3MoE"), ("dots1", "Dots1MoE"), ("glm4_moe", "Glm4MoeMoE"),
-                             ("longcat_flash", "LongcatFlashMoE"))
+                             ("longcat_flash", "LongcatFlashMoE"), ("glm4v_moe", "Glm4vMoeTextMoE"))
     ),
     PatchSpec(
         id="transformers.moe.jamba",
@@ -236,11 +236,11 @@ SUMMARIES = (
     (
         (
             'transformers.moe.deepseek_v3', 'transformers.moe.dots1', 'transformers.moe.glm4_moe',
-            'transformers.moe.longcat_flash', 'transformers.moe.deepseek_v2',
+            'transformers.moe.longcat_flash', 'transformers.moe.deepseek_v2', 'transformers.moe.glm4v_moe',
         ),
         '4.x DeepSeek-style `moe()` skips experts no token picked (`if numel() > 0`: a data-dependent '
         "guard); every expert on every token instead (DeepSeek-V2's sorts tokens by expert and slices by "
-        'the counts: the same replacement).',
+        "the counts: the same replacement; GLM-4V-MoE's text model has GLM-4-MoE's source).",
     ),
     (
         (

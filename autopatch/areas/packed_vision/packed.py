@@ -12,6 +12,8 @@ Such a model gets ``pixel_values [patches, dim]`` for all images at once and ``i
   them again at once.
 - (Qwen2.5-VL) the attention windows are listed by a loop over ``grid_thw.tolist()``.
 - (Qwen3-VL) the resampling of the learned position grid pads a tensor one shorter than the number of images.
+- (4.57 GLM-4V) the tower hands its position embeddings each frame's length with ``.tolist()``, and they repeat
+  each frame's target size in a loop over them.
 - ``get_rope_index`` groups each sample's tokens with ``itertools.groupby`` over ``.tolist()`` and walks the
   groups in Python to build 3-axis (time, row, column) positions for the language model.
 - (Muse Spark, Muse Glimmer) the merge blocks' gather index is built image by image, and the tower reorders its
@@ -194,6 +196,55 @@ def rot_pos_emb_4x(self, grid_thw):
     positions = packed_position_ids(grid_thw, self.spatial_merge_size)
     inv_freq = self.rotary_pos_emb.inv_freq
     return (positions.to(inv_freq.dtype)[..., None] * inv_freq).flatten(1)
+
+
+def glm4v_rot_pos_emb_4x(self, grid_thw):
+    """4.x ``Glm4vVisionModel.rot_pos_emb``: Qwen2-VL's loop and frequency table, returning the (row, column)
+    positions too (the tower resamples its learned positions at them). ``rot_pos_emb_4x`` and the positions of
+    ``packed_position_ids``, the same integers as upstream's."""
+    return rot_pos_emb_4x(self, grid_thw), packed_position_ids(grid_thw, self.spatial_merge_size)
+
+
+def glm4v_tower_lengths_4x(tower_forward):
+    """A rewriter for 4.x ``Glm4vVisionModel.forward``: it hands its position embeddings each frame's patch count
+    as ``.tolist()`` (the number of images fixed). Rewritten from the source: the tensor of those counts, which
+    ``glm4v_position_embedding_4x`` reads as data; and the positions (counted from the grid: an unbacked size
+    under export) stated as many as the patches, which upstream implies (the embeddings add one to the other)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(tower_forward, {
+        "rotary_pos_emb, image_type_ids = self.rot_pos_emb(grid_thw)":
+            "rotary_pos_emb, image_type_ids = self.rot_pos_emb(grid_thw)\n"
+            "torch._check(image_type_ids.shape[0] == hidden_states.shape[0])",
+        "seqlens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()": "seqlens = cu_seqlens[1:] - cu_seqlens[:-1]",
+    })
+
+
+#: 4.x GLM-4V's per-patch target size, one frame after the other in a loop over the frames' patch counts.
+_GLM_TARGETS = ("target_{axis} = torch.cat([image_shapes[i, {column}].repeat(lengths[i]) for i in range(len(lengths))])"
+                ".to(device=device, dtype=torch.float32)")
+
+
+def glm4v_position_embedding_4x(embeddings_forward):
+    """A rewriter for 4.x ``Glm4vVisionEmbeddings.forward``: each patch's target size (the grid it resamples the
+    learned positions to) is repeated frame by frame in a loop over the frames' lengths. Rewritten from the
+    source: each patch finds its frame by ``searchsorted`` over the cumulative lengths and takes ``image_shapes``
+    at that frame's index, as upstream does (its i-th frame reads the i-th row: one-frame images, as GLM-4V's
+    processor makes them). A run-time check keeps upstream's refusal of lengths that do not add up to the
+    patches (there, the addition of the embeddings fails)."""
+    from ...kit import substitute_expressions
+
+    frame = ("__autopatch_ends = lengths.cumsum(0)\n"
+             "torch._check_tensor_all(lengths.sum() == total_seq, "
+             "lambda: 'autopatch: the frames hold another number of patches than the embeddings')\n"
+             "__autopatch_frame = torch.searchsorted(__autopatch_ends, torch.arange(total_seq, "
+             "device=__autopatch_ends.device, dtype=__autopatch_ends.dtype), right=True)\n")
+    return substitute_expressions(embeddings_forward, {
+        _GLM_TARGETS.format(axis="h", column=1):
+            frame + "target_h = image_shapes[__autopatch_frame, 1].to(device=device, dtype=torch.float32)",
+        _GLM_TARGETS.format(axis="w", column=2):
+            "target_w = image_shapes[__autopatch_frame, 2].to(device=device, dtype=torch.float32)",
+    })
 
 
 def qwen2_5_vl_window_index_4x(self, grid_thw):
@@ -692,6 +743,22 @@ def qwen3_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid
     5.x, ``_one_frame_grids``)."""
     return _rope_index(self, input_ids, _kinds_4x(self.config, input_ids), image_grid_thw,
                        _one_frame_grids(video_grid_thw), attention_mask, v4=True)
+
+
+def glm4v_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):
+    """4.x ``Glm4vModel.get_rope_index``: Qwen3-VL's 4.x rules (each video frame a group of its own, dropped
+    tokens at 1, deltas over the whole row), the kinds GLM's way: image placeholders are video frames between a
+    video-start and a video-end token (the state its walk keeps over the tokens the mask keeps), images
+    elsewhere; the video placeholder id and vision-start tokens play no part."""
+    config = self.config
+    kept = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask == 1
+    kept = kept.to(input_ids.device)
+    column = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+    in_video = (_latest((input_ids == config.video_start_token_id) & kept, column)
+                > _latest((input_ids == config.video_end_token_id) & kept, column))
+    kinds = (input_ids == config.image_token_id).long() * (1 + in_video.long())
+    return _rope_index(self, input_ids, kinds, image_grid_thw, _one_frame_grids(video_grid_thw),
+                       kept.long() if attention_mask is not None else None, v4=True)
 
 
 def _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,

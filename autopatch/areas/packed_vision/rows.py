@@ -259,17 +259,67 @@ INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "c
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
 #: The same models in 4.57's sources (the ``*_4x`` rows): each module has its own copies, mostly of one source.
-#: Columns: model, vision tower class, vision attention class, model class, and the fingerprints of the tower's
-#: rot_pos_emb, the attention's forward, get_image_features, get_placeholder_mask, get_rope_index.
-PackedModel4x = table_row("PackedModel4x", ("model", "tower", "attention", "owner", "fingerprints"))
+#: Columns: model, vision tower class, vision attention class, model class, the fingerprints of the tower's
+#: rot_pos_emb, the attention's forward, get_image_features, get_placeholder_mask, get_rope_index, and the
+#: replacements of rot_pos_emb and get_rope_index.
+PackedModel4x = table_row("PackedModel4x", ("model", "tower", "attention", "owner", "fingerprints", "rot_pos_emb",
+                                            "rope_index"))
 PACKED_VISION_MODELS_4X = (
     PackedModel4x("qwen2_vl", "Qwen2VisionTransformerPretrainedModel", "VisionAttention", "Qwen2VLModel",
-                  ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "a52f6da348cc")),
+                  ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "a52f6da348cc"),
+                  "rot_pos_emb_4x", "qwen2_vl_rope_index_4x"),
     PackedModel4x("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel", "Qwen2_5_VLVisionAttention",
                   "Qwen2_5_VLModel",
-                  ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "4df9dd73ae33")),
+                  ("7290f8a51f13", "e272c1758c19", "03ab8c6986fe", "b6431acf2fe5", "4df9dd73ae33"),
+                  "rot_pos_emb_4x", "qwen2_5_vl_rope_index_4x"),
     PackedModel4x("qwen3_vl", "Qwen3VLVisionModel", "Qwen3VLVisionAttention", "Qwen3VLModel",
-                  ("bde0eb1ec127", "e272c1758c19", "9e199b02c42f", "b6431acf2fe5", "fba6bcaef532")),
+                  ("bde0eb1ec127", "e272c1758c19", "9e199b02c42f", "b6431acf2fe5", "fba6bcaef532"),
+                  "rot_pos_emb_4x", "qwen3_vl_rope_index_4x"),
+    # Qwen3-VL-MoE: Qwen3-VL's sources under its own names (its rope index's docstring names the MoE model).
+    PackedModel4x("qwen3_vl_moe", "Qwen3VLMoeVisionModel", "Qwen3VLMoeVisionAttention", "Qwen3VLMoeModel",
+                  ("bde0eb1ec127", "e272c1758c19", "9e199b02c42f", "b6431acf2fe5", "241857ba014f"),
+                  "rot_pos_emb_4x", "qwen3_vl_rope_index_4x"),
+    # GLM-4V (GLM-4V-MoE's sources are the same): Qwen2-VL's attention and feature split; rot_pos_emb also returns
+    # the positions, the placeholder check has GLM's video mask, the rope index walks GLM's video-start and end
+    # tokens.
+    PackedModel4x("glm4v", "Glm4vVisionModel", "Glm4vVisionAttention", "Glm4vModel",
+                  ("b467b24e6309", "e272c1758c19", "03ab8c6986fe", "966eb1b943a6", "743eaac5cb1a"),
+                  "glm4v_rot_pos_emb_4x", "glm4v_rope_index_4x"),
+    PackedModel4x("glm4v_moe", "Glm4vMoeVisionModel", "Glm4vMoeVisionAttention", "Glm4vMoeModel",
+                  ("b467b24e6309", "e272c1758c19", "03ab8c6986fe", "966eb1b943a6", "743eaac5cb1a"),
+                  "glm4v_rot_pos_emb_4x", "glm4v_rope_index_4x"),
+)
+
+#: The 4.57 towers' own rows beside PACKED_CORE_4X (``transformers.vision.<model>_<name>_4x``): model, name,
+#: target, mode, replacement (packed.py), its fingerprint, reason.
+OwnRow4x = table_row("OwnRow4x", ("model", "name", "target", "mode", "replacement", "fingerprint", "reason"))
+_POSITION_GRID_4X = ("Resamples the learned position grid per image in a loop that reads the sizes and collects the "
+                     "taps and weights with .tolist(). The same four taps and weights for every patch at once.")
+_GLM_LENGTHS_4X = ("Hands its position embeddings each frame's patch count as .tolist(), which fixes the number of "
+                   "images. Rewritten from the source: the tensor (transformers.vision.{model}_position_embedding_4x "
+                   "reads it as data).")
+_GLM_EMBEDDING_4X = ("Repeats each frame's target size over its patches in a loop over the frames' lengths. "
+                     "Rewritten from the source: each patch finds its frame by searchsorted over the cumulative "
+                     "lengths and reads the same row of image_shapes.")
+OWN_ROWS_4X = (
+    OwnRow4x("qwen2_5_vl", "windows_packed", "Qwen2_5_VisionTransformerPretrainedModel.get_window_index", "route",
+             "qwen2_5_vl_window_index_4x", "d26b9bc4b7ae",
+             "Lists each image's attention windows in a loop over the grid, with the window bounds as a Python list "
+             "of .tolist() values. The same order and bounds at once (as the 5.x row), the bounds as a tensor."),
+    OwnRow4x("qwen3_vl", "position_grid", "Qwen3VLVisionModel.fast_pos_embed_interpolate", "route",
+             "qwen3_vl_position_grid_4x", "90702c2a169f", _POSITION_GRID_4X),
+    OwnRow4x("qwen3_vl_moe", "position_grid", "Qwen3VLMoeVisionModel.fast_pos_embed_interpolate", "route",
+             "qwen3_vl_position_grid_4x", "90702c2a169f", _POSITION_GRID_4X),
+    *(
+        row
+        for model, prefix in (("glm4v", "Glm4v"), ("glm4v_moe", "Glm4vMoe"))
+        for row in (
+            OwnRow4x(model, "tower_lengths", f"{prefix}VisionModel.forward", "rewrite", "glm4v_tower_lengths_4x",
+                     "4ade9a52f5d8", _GLM_LENGTHS_4X.format(model=model)),
+            OwnRow4x(model, "position_embedding", f"{prefix}VisionEmbeddings.forward", "rewrite",
+                     "glm4v_position_embedding_4x", "578ccc3a7a33", _GLM_EMBEDDING_4X),
+        )
+    ),
 )
 
 #: The rows one packed model's prefill needs together (image positions, attention, features, text positions), 5.23's
@@ -309,6 +359,12 @@ def _companions(model: str, own: str, core=PACKED_CORE) -> tuple[str, ...]:
         *(f"transformers.vision.{tower if name in _TOWER_ROWS else model}_{name}" for name in core),
         *(f"transformers.vision.{owner}_{name}" for owner, name in model_rows))
         if identifier != own_id and not (identifier.endswith("_rope_index") and model in NO_ROPE_INDEX)) + text_model
+
+
+def _own_4x(model: str, own: str) -> tuple[str, ...]:
+    """The other rows of OWN_ROWS_4X that ``model``'s 4.57 prefill needs with its own ``own``."""
+    return tuple(f"transformers.vision.{model}_{row.name}_4x" for row in OWN_ROWS_4X
+                 if row.model == model and row.name != own)
 
 
 ROWS = (
@@ -424,7 +480,8 @@ ROWS = (
         for model, _, _, owner, *_ in PACKED_VISION_MODELS
         if model in PLACEHOLDER_CHECK_STRICT
     ),
-    # 4.57's Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the same problems in 4.x sources (the rope index by 4.x's rules).
+    # 4.57's Qwen2-VL, Qwen2.5-VL, Qwen3-VL and models of their sources: the same problems in 4.x sources (the rope
+    # index by 4.x's rules).
     *(
         PatchSpec(
             id=f"transformers.vision.{model}_{name}_4x",
@@ -435,12 +492,12 @@ ROWS = (
             replacement=f"autopatch.areas.packed_vision.packed:{replacement}",
             requires=PACKED_VISION_REQUIRES_4X,
             fingerprints=(fingerprint,),
-            needs=_companions(model, f"{name}_4x", PACKED_CORE_4X),
+            needs=_companions(model, f"{name}_4x", PACKED_CORE_4X) + _own_4x(model, name),
             reason=reason,
         )
-        for model, tower, attention, owner, fingerprints in PACKED_VISION_MODELS_4X
+        for model, tower, attention, owner, fingerprints, rot_pos_emb, rope_index in PACKED_VISION_MODELS_4X
         for name, target, mode, replacement, fingerprint, reason in (
-            ("rot_pos_emb", f"{tower}.rot_pos_emb", "route", "rot_pos_emb_4x", fingerprints[0],
+            ("rot_pos_emb", f"{tower}.rot_pos_emb", "route", rot_pos_emb, fingerprints[0],
              "Loops over the images for the rotary positions and builds a frequency table as long as the largest "
              "grid side (read from the data). The loop-free positions times the frequencies."),
             ("attention_packed", f"{attention}.forward", "rewrite", "packed_attention_one_call", fingerprints[1],
@@ -452,34 +509,28 @@ ROWS = (
             ("placeholder_check", f"{owner}.get_placeholder_mask", "rewrite", "placeholder_check_4x",
              fingerprints[3], "Compares a data-dependent size with the features in a Python if (guard Ne(u0, ...)). "
              "Rewritten from the source: a torch._check_tensor_all, a runtime assertion."),
-            ("rope_index", f"{owner}.get_rope_index", "route", f"{model}_rope_index_4x", fingerprints[4],
-             "Walks each sample's vision-start tokens with .tolist() and .item() (guard Eq(u0, 0)). The same 3-axis "
-             "positions and deltas for every token at once, by 4.x's rules."),
+            ("rope_index", f"{owner}.get_rope_index", "route", rope_index, fingerprints[4],
+             ("Walks each sample's vision-start tokens with .tolist() and .item() (guard Eq(u0, 0)). "
+              if not model.startswith("glm") else
+              "Groups each sample's tokens with itertools.groupby over .tolist() (video frames between video-start "
+              "and video-end tokens) and walks the groups with .item() (guard Eq(u0, 0)). ")
+             + "The same 3-axis positions and deltas for every token at once, by 4.x's rules."),
         )
     ),
-    PatchSpec(
-        id="transformers.vision.qwen2_5_vl_windows_packed_4x",
-        family="transformers",
-        trigger="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-        target="Qwen2_5_VisionTransformerPretrainedModel.get_window_index",
-        mode="route",
-        replacement="autopatch.areas.packed_vision.packed:qwen2_5_vl_window_index_4x",
-        requires=PACKED_VISION_REQUIRES_4X,
-        fingerprints=("d26b9bc4b7ae",),
-        reason="Lists each image's attention windows in a loop over the grid, with the window bounds as a Python "
-        "list of .tolist() values. The same order and bounds at once (as the 5.x row), the bounds as a tensor.",
-    ),
-    PatchSpec(
-        id="transformers.vision.qwen3_vl_position_grid_4x",
-        family="transformers",
-        trigger="transformers.models.qwen3_vl.modeling_qwen3_vl",
-        target="Qwen3VLVisionModel.fast_pos_embed_interpolate",
-        mode="route",
-        replacement="autopatch.areas.packed_vision.packed:qwen3_vl_position_grid_4x",
-        requires=PACKED_VISION_REQUIRES_4X,
-        fingerprints=("90702c2a169f",),
-        reason="Resamples the learned position grid per image in a loop that reads the sizes and collects the "
-        "taps and weights with .tolist(). The same four taps and weights for every patch at once.",
+    *(
+        PatchSpec(
+            id=f"transformers.vision.{row.model}_{row.name}_4x",
+            family="transformers",
+            trigger=f"transformers.models.{row.model}.modeling_{row.model}",
+            target=row.target,
+            mode=row.mode,
+            replacement=f"autopatch.areas.packed_vision.packed:{row.replacement}",
+            requires=PACKED_VISION_REQUIRES_4X,
+            fingerprints=(row.fingerprint,),
+            needs=_companions(row.model, f"{row.name}_4x", PACKED_CORE_4X) + _own_4x(row.model, row.name),
+            reason=row.reason,
+        )
+        for row in OWN_ROWS_4X
     ),
     *(
         PatchSpec(
@@ -604,7 +655,9 @@ SUMMARIES = (
             'transformers.vision.glm4v_moe_rope_index', 'transformers.vision.glm_ocr_rope_index',
             'transformers.vision.glm46v_rope_index', 'transformers.vision.cosmos3_omni_rope_index',
             'transformers.vision.qwen2_vl_*_4x', 'transformers.vision.qwen2_5_vl_*_4x',
-            'transformers.vision.qwen3_vl_*_4x', 'transformers.vision.glm5_next_*', 'transformers.vision.dots3_note_*',
+            'transformers.vision.qwen3_vl_*_4x', 'transformers.vision.qwen3_vl_moe_*_4x',
+            'transformers.vision.glm4v_*_4x', 'transformers.vision.glm4v_moe_*_4x', 'transformers.vision.glm5_next_*',
+            'transformers.vision.dots3_note_*',
         ),
         "5.23 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and Qwen3.5 (both with Qwen2-VL's feature split and "
         "Qwen3-VL's rope index; Qwen3.5's text model also needs `transformers.qwen3_5.gated_delta_scan`), and "
@@ -627,12 +680,16 @@ SUMMARIES = (
         'dynamic; give `pixel_values` a `4 * Dim(...)` size (four patches merge into one token). Strict '
         'export of all but Qwen2.5-VL also needs `_placeholder_check_packed`: Dynamo fixes the '
         "image size while formatting a check's message, and does not say so. On 4.57 each of the "
-        'three has `_4x` rows for the same problems in its own sources (rotary positions and a frequency '
+        "three, Qwen3-VL-MoE (Qwen3-VL's sources), GLM-4V and GLM-4V-MoE (one source) has `_4x` rows for the "
+        'same problems in its own sources (rotary positions and a frequency '
         'table as long as the largest grid side, the per-frame attention, the feature split, a Python `if` '
         'on the placeholder count, and the rope index, '
-        "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid), plus Qwen2.5-VL's window "
-        "list (`_windows_packed_4x`) and Qwen3-VL's position-grid resampling in a loop over the images "
-        '(`_position_grid_4x`).',
+        "computed by 4.x's rules: Qwen2.5-VL counts whole seconds per grid, GLM-4V finds a video's frames "
+        "between its video-start and end tokens), plus Qwen2.5-VL's window "
+        "list (`_windows_packed_4x`), Qwen3-VL's position-grid resampling in a loop over the images "
+        "(`_position_grid_4x`), and GLM-4V's frame lengths handed to its position embeddings as a list "
+        "(`_tower_lengths_4x`), each frame's size repeated in a loop there (`_position_embedding_4x`); "
+        "GLM-4V-MoE's experts also need `transformers.moe.glm4v_moe`.",
     ),
     (
         ('transformers.vision.paddleocr_vl_*', 'transformers.vision.video_llama_3_*', 'transformers.vision.lfm3_vl_*'),
