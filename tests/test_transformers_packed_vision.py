@@ -21,6 +21,7 @@ inputs are autopatch.models.packed_vlms'."""
 import dataclasses
 import functools
 import random
+import re
 
 import pytest
 import torch
@@ -147,7 +148,7 @@ def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
     above too); and without any of them the export fails."""
     model_rows, proven_rows = _rows(model), _rows(SAME_SOURCES[model])
     name, proven_name = model.removesuffix("_4x"), SAME_SOURCES[model].removesuffix("_4x")
-    counterparts = {r: r.replace(f".{name}_", f".{proven_name}_", 1) for r in model_rows}
+    counterparts = {r: re.sub(rf"\.{name}([._])", rf".{proven_name}\1", r, count=1) for r in model_rows}
     own = OWN_OF_SAME_SOURCES.get(model, ())
     assert sorted(c for c in counterparts.values() if c in proven_rows) == sorted(proven_rows)
     for r, c in counterparts.items():
