@@ -249,6 +249,27 @@ def empty_hybrid_cache(model, config, batch):
     return cls(config, batch, torch.float32)
 
 
+def empty_own_cache(model):
+    """The empty cache a model's prefill must be handed for it to return one, or None when it builds its own.
+
+    BLT (``model_type`` "blt") builds none it can use. 5.x BltModel wraps its self-attention caches in an
+    EncoderDecoderCache of two ``DynamicCache(config=self.config)``, and its BltConfig has no
+    ``num_hidden_layers`` (its depths are in its sub-configs): eager with ``use_cache=True`` stops there, and so
+    does generate(), whose cache is wrapped the same way. Handed the same structure without the config (every
+    layer a full DynamicLayer; the local window, 512 by default, exceeds the catalogue's lengths), it steps.
+    4.x BltModel never creates a cache and returns the one it is given (generate() creates one from the same
+    config and stops too): a DynamicCache, which its encoder and decoder layers share, as upstream has it."""
+    if getattr(model.config, "model_type", "") != "blt":
+        return None
+    from transformers import DynamicCache
+
+    if transformers_major() >= 5:
+        from transformers import EncoderDecoderCache
+
+        return EncoderDecoderCache(DynamicCache(), DynamicCache())
+    return DynamicCache()
+
+
 def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False, pads=None):
     """A decode step: the model's own eager prefill of ``past`` tokens builds the cache it expects.  With
     ``pads`` that prefill is left-padded (its mask and positions as generate() gives them), and the step's mask
@@ -268,6 +289,9 @@ def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False,
         # transformers 4.x hybrid mamba models return no cache unless they are given an empty one
         prefill["past_key_values"] = empty_hybrid_cache(model, config, batch)
         prefill["cache_position"] = torch.arange(past)
+    own = empty_own_cache(model)
+    if own is not None:
+        prefill["past_key_values"] = own
     with torch.no_grad():
         name, cache = find_cache(model(**prefill), model)
     inputs = {"input_ids": random_ids(g, vocab, batch, seq), name: cache}
