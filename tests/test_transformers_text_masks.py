@@ -232,3 +232,97 @@ def test_qwen4_exp_block_selection_is_the_originals_exactly():
     scattered[0, 0, 0, 3] = False  # a row that skips a key its last row sees: not a causal mask's structure
     with pytest.raises(RuntimeError, match="prefix of the keys"):
         call(qwen4_exp_block_selection, torch.randn(2, 4, hidden), scattered, torch.randn(2, 5, indexer.index_head_dim))
+
+
+#: BLT's rows (4.57 and 5.x): the n-gram hash windows, the patcher's unchecked entropy, its sorted patch starts.
+BLT_HASH, BLT_ENTROPY, BLT_STARTS = ("transformers.masks.blt_hash_windows", "transformers.masks.blt_unchecked_entropy",
+                                     "transformers.masks.blt_patch_starts")
+
+
+def blt_case(rows: tuple, fails_with: str, fails_at_run: bool = False):
+    """The catalogue's BLT prefill on left-padded batches (2x5 traced, 3x7 and 4x9 run), an unpadded one and a
+    two-byte prompt (one candidate patch start per row). Random weights put every entropy above the config's
+    threshold (one patch per byte): the threshold is set at the median entropy, so that rows of a batch have
+    different numbers of patches, as a trained patcher's do."""
+    def build():
+        arch = tiny.architecture("blt", "causal")
+        model = tiny.build(arch)
+        sets = [tiny.inputs(model, arch, "prefill", k, padded=True) for k in range(3)]
+        plain = tiny.inputs(model, arch, "prefill", 1)
+        plain["position_ids"] = torch.arange(plain["input_ids"].shape[1]).expand_as(plain["input_ids"])
+        short = {"input_ids": sets[1]["input_ids"][:, -2:], "attention_mask": torch.ones(3, 2, dtype=torch.long),
+                 "position_ids": torch.arange(2).expand(3, 2), "use_cache": False}
+        with torch.no_grad():
+            entropies = torch.cat([model.model.patcher(s["input_ids"])[0].flatten() for s in sets])
+        model.config.patching_threshold = float(entropies.median())
+        return model, sets[0], sets[1], [sets[1], sets[2], plain, short]
+
+    return Proof("blt/prefill", build, rows=rows, fails_with=fails_with, beside=("all",), fails_at_run=fails_at_run)
+
+
+@requires("transformers>=4.57")
+def test_blt_prefill_fails_without_its_rows_and_matches_eager_with_them(make_agent):
+    """Without the three rows the export stops at the entropy's check (the first one met); with them it matches eager
+    on padded and unpadded batches with different numbers of patches per row, and on a two-byte prompt."""
+    proving.prove(blt_case((BLT_HASH, BLT_ENTROPY, BLT_STARTS), DATA_DEPENDENT), make_agent)
+
+
+@requires("transformers>=4.57")
+@pytest.mark.parametrize("row, fails_with, at_run", [(BLT_HASH, CONSTANT, False), (BLT_STARTS, "Guard failed", True)],
+                         ids=["hash_windows", "patch_starts"])
+def test_blt_each_later_row_is_needed(make_agent, row, fails_with, at_run):
+    """The other rows on, one left out: without the hash windows the export fixes the length; without the sorted
+    starts the program refuses the two-byte prompt (its guard: length >= 3)."""
+    proving.fails_without(blt_case((row,), fails_with, fails_at_run=at_run), make_agent)
+
+
+@requires("transformers>=4.57")
+def test_blt_replacements_are_upstreams_exactly():
+    """In eager code, bit for bit: the hashes over every n-gram size 1..8, lengths 1..13 and three of the primes;
+    the rewritten patcher forward (unchecked entropy) and patch starts against the originals over random entropies
+    and thresholds, lengths 1 to 12 (the starts: the same lengths, the same number of patches)."""
+    from transformers.models.blt import modeling_blt
+
+    from autopatch.areas.text_masks import byte_patches
+
+    generator = torch.Generator().manual_seed(0)
+    for group in range(1, 9):
+        for length in (1, 2, 5, 13):
+            ids = torch.randint(0, 260, (3, length), generator=generator)
+            for prime in (1000000007, 5915587277, 3367900313):
+                assert torch.equal(byte_patches.blt_byte_group_hash(ids, group, prime, 128),
+                                   modeling_blt.byte_group_hash_function(ids, group, prime, 128)), (group, length)
+
+    original = modeling_blt.BltPatcher.patch_lengths_from_entropies
+    sorted_starts = byte_patches.blt_patch_lengths
+    for length in (1, 2, 3, 7, 12):
+        entropies = torch.rand(4, length, generator=generator) * 3
+        for threshold in (-1.0, 0.5, 1.5, 2.5, 4.0):
+            assert torch.equal(sorted_starts(entropies, length, 4, threshold),
+                               original(entropies, length, 4, threshold)), (length, threshold)
+
+    model = tiny.build(tiny.architecture("blt", "causal"))
+    patcher = model.model.patcher
+    unchecked = byte_patches.blt_unchecked_entropy(modeling_blt.BltPatcher.forward)
+    ids = torch.randint(3, model.config.vocab_size, (3, 9), generator=generator)
+    with torch.no_grad():
+        for got, expected in zip(unchecked(patcher, ids, patch_size=4, threshold=4.3), patcher(ids, patch_size=4,
+                                                                                                threshold=4.3)):
+            assert torch.equal(got, expected)
+
+
+@requires("transformers>=4.57")
+def test_blt_decode_inputs_carry_its_own_cache():
+    """The catalogue's BLT decode step: its prefill is handed the empty cache it cannot build itself (5.x: an
+    EncoderDecoderCache of two DynamicCaches, which its config cannot size; 4.x: a DynamicCache, which it never
+    creates) and returns it filled; eager steps on it."""
+    from autopatch.models import builders
+
+    arch = tiny.architecture("blt", "causal")
+    model = tiny.build(arch)
+    inputs = tiny.inputs(model, arch, "decode", 0)
+    cache = inputs["past_key_values"]
+    assert type(cache).__name__ == ("EncoderDecoderCache" if builders.transformers_major() >= 5 else "DynamicCache")
+    assert cache.get_seq_length() == builders.DECODE[0][1]
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[1] == builders.DECODE[0][2]

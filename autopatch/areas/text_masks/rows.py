@@ -1,7 +1,9 @@
 """The rows of this area. Text models whose own mask code decides with Python on data or on a size: FSMT drops a
 padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``,
 LongT5 (and 4.x Switch Transformers, Pegasus-X, BigBird-Pegasus) skips its default mask while compiling and then
-needs it, Qwen4-Exp's sparse-attention indexer selects each row's keys in a Python loop.
+needs it, Qwen4-Exp's sparse-attention indexer selects each row's keys in a Python loop, BLT's patcher (whose patches
+make its cross-attention masks) checks its logits with an ``if`` and picks its patch starts from a view one shorter
+than the input, and its n-gram hashes read tied-stride windows.
 """
 
 from __future__ import annotations
@@ -108,6 +110,50 @@ ROWS = (
         "causal mask's rows are their sample's last row's (pooled once per sample), each row scores those it "
         "completes and keeps the top ones and its tail; a mask of another structure is refused at run time.",
     ),
+    PatchSpec(
+        id="transformers.masks.blt_unchecked_entropy",
+        family="transformers",
+        trigger="transformers.models.blt.modeling_blt",
+        target="BltPatcher.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.text_masks.byte_patches:blt_unchecked_entropy",
+        requires=("transformers>=4.57",),
+        fingerprints=("5d3dd0e0a58a", "343b2d8cfb9a"),  # 4.57.6, 5.23.0
+        reason="BLT's patcher takes its byte entropies from torch.distributions.Categorical(logits=logits), whose "
+        "argument check is a Python `if` on the data (`if not torch._is_all_true(valid)`): the prefill stops "
+        "(guard Eq(u0, 1)). Rewritten from the source with validate_args=False: the same entropy code, the same "
+        "values (NaN logits give NaN entropies instead of a ValueError).",
+    ),
+    PatchSpec(
+        id="transformers.masks.blt_hash_windows",
+        family="transformers",
+        trigger="transformers.models.blt.modeling_blt",
+        target="byte_group_hash_function",  # looked up in the module by compute_hash_embeddings
+        mode="route",
+        replacement="autopatch.areas.text_masks.byte_patches:blt_byte_group_hash",
+        requires=("transformers>=4.57",),
+        fingerprints=("4d53cc5e6a27",),  # 4.57.6, 5.23.0
+        reason="BLT hashes each byte's n-gram from an unfold(1, n, 1) view, whose last two strides are both 1: "
+        "the product with the prime's powers orders them by comparing the length with n, and the prefill fixes "
+        "the length (guards length >= 5, length < 6 over its n-grams 3..8). The same windows gathered by index, "
+        "hashed by the module's own rolling hash: the same int64 values.",
+    ),
+    PatchSpec(
+        id="transformers.masks.blt_patch_starts",
+        family="transformers",
+        trigger="transformers.models.blt.modeling_blt",
+        target="BltPatcher.patch_lengths_from_entropies",
+        mode="route",
+        replacement="autopatch.areas.text_masks.byte_patches:blt_patch_lengths",
+        requires=("transformers>=4.57",),
+        fingerprints=("2f3a410b2577",),  # 4.57.6, 5.23.0
+        reason="BLT cuts its first entropy off (a view of length - 1 columns) and picks each row's patch starts "
+        "with a boolean index reshaped back to length - 1 columns: ops on that view and the reshape guard on "
+        "length - 1 (not 1, at least 2), and the program refuses one- and two-token decode steps and short "
+        "prompts ('Guard failed: input_ids.size()[1] >= 3'). The same lengths with every tensor the full length: "
+        "the first position masked out, the starts sorted from torch.where, the count read from the data as "
+        "upstream.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -137,5 +183,13 @@ SUMMARIES = (
         ("transformers.masks.qwen4_exp_block_selection",),
         "Qwen4-Exp's sparse-attention indexer chose each query's key blocks in a Python loop with `nonzero()` and an "
         "`if` on the block count: the same blocks chosen for every row at once.",
+    ),
+    (
+        ("transformers.masks.blt_hash_windows", "transformers.masks.blt_unchecked_entropy",
+         "transformers.masks.blt_patch_starts"),
+        "BLT's n-gram hashes read overlapping `unfold` windows (their tied strides fixed the length), its patcher "
+        "validated its logits with an `if` on the data and picked its patch starts from a view one shorter than the "
+        "input (refusing one- and two-token steps): the windows gathered by index, the entropies without the "
+        "check, the starts sorted at full length; the number of patches stays the data's. The same values.",
     ),
 )
