@@ -257,7 +257,9 @@ def blt_case(rows: tuple, fails_with: str, fails_at_run: bool = False):
         model.config.patching_threshold = float(entropies.median())
         return model, sets[0], sets[1], [sets[1], sets[2], plain, short]
 
-    return Proof("blt/prefill", build, rows=rows, fails_with=fails_with, beside=("all",), fails_at_run=fails_at_run)
+    # The hash row is opt-in (its int64 wrap-around runs wrong in onnxruntime): beside the others where not proven.
+    beside = ("all",) if BLT_HASH in rows else ("all", BLT_HASH)
+    return Proof("blt/prefill", build, rows=rows, fails_with=fails_with, beside=beside, fails_at_run=fails_at_run)
 
 
 @requires("transformers>=4.57")
