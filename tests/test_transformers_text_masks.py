@@ -266,7 +266,10 @@ def blt_case(rows: tuple, fails_with: str, fails_at_run: bool = False):
 def test_blt_prefill_fails_without_its_rows_and_matches_eager_with_them(make_agent):
     """Without the three rows the export stops at the entropy's check (the first one met); with them it matches eager
     on padded and unpadded batches with different numbers of patches per row, and on a two-byte prompt."""
-    proving.prove(blt_case((BLT_HASH, BLT_ENTROPY, BLT_STARTS), DATA_DEPENDENT), make_agent)
+    # Without them the export stops at the first data-dependent step it meets; in a process that exported other
+    # models first (pytest -n 2) torch's value ranges of the unbacked patch count refuse it one step earlier.
+    fails_with = f"{DATA_DEPENDENT}|tgt_bound=VR\\[.*\\] not a subset of src_bound"
+    proving.prove(blt_case((BLT_HASH, BLT_ENTROPY, BLT_STARTS), fails_with), make_agent)
 
 
 @requires("transformers>=4.57")
