@@ -35,9 +35,11 @@ def _run(arch, exporter, selection, window=""):
 RUNTIME = {"onnx": "onnxruntime", "dynamo": "torch", "executorch": "executorch"}
 
 
-#: ExecuTorch's lowering (XNNPACK) takes half a minute a model: it runs on Mistral alone, the model whose sliding
-#: layers its runner's flattening by spec refuses without the agent; Llama and Qwen3 take the same cache path.
-CASES = [(arch, exporter) for arch in ("llama", "qwen3", "mistral") for exporter in ("onnx", "dynamo")]
+#: Llama (full-attention layers) and Mistral (sliding layers, its window beyond the sequence; past it below). Qwen3
+#: takes Llama's cache path (the same layer class, the same flat layout), so it is not run again. ExecuTorch's
+#: lowering (XNNPACK) takes half a minute a model: it runs on Mistral alone, the model whose sliding layers its
+#: runner's flattening by spec refuses without the agent.
+CASES = [(arch, exporter) for arch in ("llama", "mistral") for exporter in ("onnx", "dynamo")]
 
 
 @pytest.mark.parametrize("arch, exporter", [*CASES, ("mistral", "executorch")])

@@ -19,7 +19,7 @@ import autopatch
 import proving
 from autopatch import registry
 from autopatch.dynamic_shapes import fit_to_signature
-from autopatch.areas.vision.rows import (PLACEHOLDER_MASK_4X_MORE, PLACEHOLDER_MASK_MODELS,
+from autopatch.areas.vision.rows import (LLAVA_MESSAGE, PLACEHOLDER_MASK_4X_MORE, PLACEHOLDER_MASK_MODELS,
                                          PLACEHOLDER_MESSAGE_MODELS)
 from autopatch.models import tiny, vlms
 from proving import Proof
@@ -275,13 +275,42 @@ def strict_case(name, row, fails_with, runs=((1, 3, 3), (4, 8, 4))):
     return Proof(f"{name}/prefill-strict", build, rows=(row,), fails_with=fails_with, beside=("all",), strict=True)
 
 
+#: Llava's 5.12+ get_placeholder_mask is the source of 15 models (LLAVA_MESSAGE), and the row rewrites it the same
+#: way in each (the fingerprints, checked at install, say the code is the same). What a rewrite computes is proven
+#: whole, both halves, on four of them built four ways (Llava, Gemma 3, PaliGemma's padded prefill, the catalogue's
+#: DeepSeek-VL). Whether the row is *needed* depends on the model around the same code (DeepSeek-VL-Hybrid's 5.12.1
+#: strict prefill exports without it), so on every other model of that source the export is shown to fail without
+#: it. Models of a source of their own (Llama 4, Video-LLaVA, Chameleon, T5Gemma 2, DeepSeek-VL-Hybrid) are proven
+#: whole.
+MESSAGE_PROVEN_WHOLE = ("llava", "gemma3", "paligemma", "deepseek_vl")
+
+
+def _prove_message_row(case, name, make_agent):
+    """Both halves of ``case``, or only the need where the row's code is proven whole on another model."""
+    row = proving.row(f"transformers.vision.{name}_placeholder_message")
+    if row.fingerprints == LLAVA_MESSAGE and name not in MESSAGE_PROVEN_WHOLE:
+        proving.fails_without(case, make_agent)
+    else:
+        proving.prove(case, make_agent)
+
+
+def test_llavas_message_source_is_proven_whole_on_models_of_that_source():
+    """The models the split above relies on carry Llava's fingerprints, and the rest of that source are tested
+    below, each at least for its need."""
+    shared = {r.model for r in PLACEHOLDER_MESSAGE_MODELS if r.fingerprints == LLAVA_MESSAGE}
+    assert set(MESSAGE_PROVEN_WHOLE) <= shared and len(shared) == 15, shared
+    tested = set(STRICT_VLMS) | {p.values[0] for p in MESSAGE_ONLY}
+    assert {r.model for r in PLACEHOLDER_MESSAGE_MODELS} == tested
+
+
 @pytest.mark.requires("transformers>=5.12")
 @pytest.mark.parametrize("name", list(STRICT_VLMS))
 def test_strict_vlm_prefill_needs_the_lazy_placeholder_message(make_agent, name):
     """Nine VLMs share one 5.12+ get_placeholder_mask whose check formats the feature count into its message
     before it runs: Dynamo fixes the image batch to do so. With the row the strict program takes other image
-    batches and text lengths, every output leaf as eager's."""
-    proving.prove(strict_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT), make_agent)
+    batches and text lengths, every output leaf as eager's (MESSAGE_PROVEN_WHOLE)."""
+    _prove_message_row(strict_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT), name,
+                       make_agent)
 
 
 #: The other VLMs with such a 5.12+ check (Aria, DeepSeek-VL, Llama 4...), built by the tiny catalogue.
@@ -296,9 +325,9 @@ def catalogue_case(name, row, fails_with, strict=False):
 
 @pytest.mark.parametrize("name", MESSAGE_ONLY)
 def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_agent, name):
-    """The same row on the catalogue's tiny model, strict."""
-    proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT, strict=True),
-                  make_agent)
+    """The same row on the catalogue's tiny model, strict (MESSAGE_PROVEN_WHOLE)."""
+    _prove_message_row(catalogue_case(name, f"transformers.vision.{name}_placeholder_message", CONSTANT, strict=True),
+                       name, make_agent)
 
 
 @pytest.mark.requires("transformers<5")
