@@ -257,9 +257,7 @@ def blt_case(rows: tuple, fails_with: str, fails_at_run: bool = False):
         model.config.patching_threshold = float(entropies.median())
         return model, sets[0], sets[1], [sets[1], sets[2], plain, short]
 
-    # The hash row is opt-in (its int64 wrap-around runs wrong in onnxruntime): beside the others where not proven.
-    beside = ("all",) if BLT_HASH in rows else ("all", BLT_HASH)
-    return Proof("blt/prefill", build, rows=rows, fails_with=fails_with, beside=beside, fails_at_run=fails_at_run)
+    return Proof("blt/prefill", build, rows=rows, fails_with=fails_with, beside=("all",), fails_at_run=fails_at_run)
 
 
 @requires("transformers>=4.57")
@@ -279,6 +277,58 @@ def test_blt_each_later_row_is_needed(make_agent, row, fails_with, at_run):
     """The other rows on, one left out: without the hash windows the export fixes the length; without the sorted
     starts the program refuses the two-byte prompt (its guard: length >= 3)."""
     proving.fails_without(blt_case((row,), fails_with, fails_at_run=at_run), make_agent)
+
+
+class _BltHashEmbeddings(torch.nn.Module):
+    """BLT's hash embeddings of a batch of bytes: every n-gram size, every hash function, summed (its encoder's
+    input beside the byte embeddings)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        from transformers.models.blt import modeling_blt
+
+        blt, config = self.model.model, self.model.config
+        return modeling_blt.compute_hash_embeddings(
+            input_ids, blt.local_encoder, blt.encoder_hash_tok_embedding, config.encoder_hash_byte_group_nb_functions,
+            config.encoder_hash_byte_group_size, config.encoder_hash_byte_group_vocab)
+
+
+class _WrappedSum(torch.nn.Module):
+    """Upstream's form of the hash: int64 products past 2**53, wrapping, summed by torch.sum."""
+
+    def forward(self, windows):
+        powers = torch.tensor([(1000000007 ** j + 2 ** 63) % 2 ** 64 - 2 ** 63 for j in range(5)], dtype=torch.int64)
+        return torch.sum(windows * powers, dim=-1)
+
+
+@requires("transformers>=4.57")
+@requires("torch>=2.13")  # autopatch.areas.bounds.TORCH_ONNX: the torch.onnx exporter the rows are measured on
+def test_blt_hashes_reach_onnxruntime_exactly(make_agent):
+    """The hash row's sums are upstream's in onnxruntime too: BLT's hash embeddings, exported with the row and
+    converted to ONNX, equal eager at other batches and lengths. Upstream's torch.sum of the same wrapped int64
+    products does not survive: onnxruntime's ReduceSum rounds and saturates them (with it BLT's ONNX logits were
+    off by up to 5), so the row adds the terms one by one."""
+    import autopatch
+    from autopatch import onnx_inputs
+    from conftest import needs_onnx
+
+    needs_onnx()
+    windows = torch.randint(0, 260, (3, 9, 5))
+    summed = proving.export_onnx(_WrappedSum(), (windows,), shapes=({0: torch.export.Dim.DYNAMIC},))
+    assert not torch.equal(torch.as_tensor(onnx_inputs.run(summed, windows)), _WrappedSum()(windows))
+
+    model = tiny.build(tiny.architecture("blt", "causal"))
+    hashes = _BltHashEmbeddings(model).eval()
+    ids = [torch.randint(0, model.config.vocab_size, size) for size in ((2, 5), (3, 7), (4, 12), (1, 2))]
+    make_agent()  # every default row, the hash row among them
+    program = proving.export_onnx(hashes, (ids[0],), (ids[1],))
+    assert autopatch.last_export_report()["patches"][BLT_HASH] > 0
+    for inputs in ids[1:]:
+        with torch.no_grad():
+            torch.testing.assert_close(torch.as_tensor(onnx_inputs.run(program, inputs)), hashes(inputs))
 
 
 @requires("transformers>=4.57")

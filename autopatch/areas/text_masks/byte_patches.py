@@ -36,7 +36,8 @@ def blt_byte_group_hash(token_ids, group_size=2, prime=1000000007, max_hash=3000
     ``length >= 5``, ``length < 6`` over the groups 3..8). Here the windows are gathered by index (a tensor of
     their own, no tied strides), and the powers, ``prime ** arange(group_size)`` in int64 upstream (wrapping), are
     the same wrapped values computed in Python: a constant, not a Pow that ONNX would compute in floating point.
-    Products and sums wrap alike in any order, so the hashes are upstream's exactly."""
+    Products and sums wrap alike in any order, so the hashes are upstream's exactly, in eager, in the program and
+    in onnxruntime (whose ReduceSum of int64 does not wrap: the terms are added one by one)."""
     with torch.no_grad():
         batch_size, seq_len = token_ids.shape
         padding = torch.zeros(batch_size, group_size - 1, dtype=torch.int64, device=token_ids.device)
@@ -45,7 +46,12 @@ def blt_byte_group_hash(token_ids, group_size=2, prime=1000000007, max_hash=3000
             group_size, device=token_ids.device)
         powers = torch.tensor([_int64(prime**j) for j in range(group_size)], dtype=torch.int64,
                               device=token_ids.device)
-        hashes = torch.sum(padded_tokens[:, window] * powers, dim=-1)
+        products = padded_tokens[:, window] * powers
+        # Summed one term at a time, not by torch.sum: an ONNX ReduceSum of int64 past 2**53 answers wrong in
+        # onnxruntime (rounded, saturated at the int64 maximum; measured), where Add wraps as torch does.
+        hashes = products[..., 0]
+        for j in range(1, group_size):
+            hashes = hashes + products[..., j]
         return hashes % max_hash
 
 

@@ -136,11 +136,9 @@ ROWS = (
         reason="BLT hashes each byte's n-gram from an unfold(1, n, 1) view, whose last two strides are both 1: "
         "the product with the prime's powers orders them by comparing the length with n, and the prefill fixes "
         "the length (guards length >= 5, length < 6 over its n-grams 3..8). The same windows gathered by index, "
-        "hashed by the module's own rolling hash: the same int64 values. Opt-in: the hashes wrap int64 on "
-        "purpose (primes to the 7th power) and an ONNX model of them runs wrong in onnxruntime (measured: BLT's "
-        "decode logits off by up to 3.3); with it left out BLT's export stops loudly instead (torch.export and "
-        "ExecuTorch programs with it match eager).",
-        default=False,
+        "hashed by the module's own rolling hash: the same int64 values, which wrap on purpose (primes to the 7th "
+        "power). Summed term by term: an ONNX ReduceSum of such values answers wrong in onnxruntime (rounded and "
+        "saturated; upstream's torch.sum made BLT's ONNX logits off by up to 5), where Add wraps as torch does.",
     ),
     PatchSpec(
         id="transformers.masks.blt_patch_starts",
@@ -194,9 +192,7 @@ SUMMARIES = (
         "BLT's n-gram hashes read overlapping `unfold` windows (their tied strides fixed the length), its patcher "
         "validated its logits with an `if` on the data and picked its patch starts from a view one shorter than the "
         "input (refusing one- and two-token steps): the windows gathered by index, the entropies without the "
-        "check, the starts sorted at full length; the number of patches stays the data's. The same values. The "
-        "hash row is opt-in (`EXPORT_PATCHES=1,transformers.masks.blt_hash_windows`): its int64 wrap-around runs "
-        "wrong in onnxruntime, so a default install never hands a wrong ONNX model out; without it BLT's export "
-        "stops.",
+        "check, the starts sorted at full length; the number of patches stays the data's. The same values, in "
+        "onnxruntime too (the hashes' int64 wrap-around summed by Add, not by a ReduceSum that rounds it).",
     ),
 )
