@@ -6,8 +6,7 @@
 # (get_placeholder_mask's 5.0-5.11 check); then, swapped up to 5.12.1 (the venv the benchmarks' onnx-diagnostic
 # column reads), DynamicCache with one-tensor linear-attention layers, Mamba/Jamba decode, RoPE, Mamba prefill, VLMs
 # (Idefics2 through ONNX among them). A fourth field names pinned packages for that venv alone (executorch:
-# transformers' ExecuTorch exporter, tested on 5.23). The test processes run one intra-op thread each
-# (tests/conftest.py): two workers on two cores.
+# transformers' ExecuTorch exporter, tested on 5.23).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
