@@ -300,7 +300,9 @@ class _WrappedSum(torch.nn.Module):
     """Upstream's form of the hash: int64 products past 2**53, wrapping, summed by torch.sum."""
 
     def forward(self, windows):
-        powers = torch.tensor([(1000000007 ** j + 2 ** 63) % 2 ** 64 - 2 ** 63 for j in range(5)], dtype=torch.int64)
+        from autopatch.areas.text_masks.byte_patches import _int64
+
+        powers = torch.tensor([_int64(1000000007 ** j) for j in range(5)], dtype=torch.int64)
         return torch.sum(windows * powers, dim=-1)
 
 

@@ -287,7 +287,7 @@ MESSAGE_PROVEN_WHOLE = ("llava", "gemma3", "paligemma", "deepseek_vl")
 
 def _prove_message_row(case, name, make_agent):
     """Both halves of ``case``, or only the need where the row's code is proven whole on another model."""
-    row = proving.row(f"transformers.vision.{name}_placeholder_message")
+    row = proving.row(case.rows[0])
     if row.fingerprints == LLAVA_MESSAGE and name not in MESSAGE_PROVEN_WHOLE:
         proving.fails_without(case, make_agent)
     else:
