@@ -7,9 +7,14 @@
 # column reads), DynamicCache with one-tensor linear-attention layers, Mamba/Jamba decode, RoPE, Mamba prefill, VLMs
 # (Idefics2 through ONNX among them). A fourth field names pinned packages for that venv alone (executorch:
 # transformers' ExecuTorch exporter, tested on 5.23).
+# Two workers that steal tests from each other: the default split left one idle for the last minutes (the slowest
+# VLM tests come last): ~10% of the run (user time against wall time, measured on 5.23).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Nothing is downloaded (models are built from config classes): a stray hub call fails at once instead of waiting
+# on a network CI does not have.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 status=0
 while IFS='|' read -r venv tf only extras; do
   [ -n "$venv" ] || continue
@@ -17,7 +22,7 @@ while IFS='|' read -r venv tf only extras; do
   bash scripts/setup.sh "$venv" "$tf" $extras < /dev/null
   echo "=== tests on transformers $tf ($venv)${only:+: $only}"
   rc=0
-  eval "\"$venv/bin/python\" -m pytest -n 2 -q $only \"\$@\"" < /dev/null || rc=$?
+  eval "\"$venv/bin/python\" -m pytest -n 2 --dist worksteal -q $only \"\$@\"" < /dev/null || rc=$?
   # 5: no test selected. A failure, except in a partial run when you passed pytest args of your own (they may
   # select none of its tests): a whole run that selects nothing in some venv has lost its tests.
   if [ "$rc" -ne 0 ] && ! { [ -n "$only" ] && [ "$#" -gt 0 ] && [ "$rc" -eq 5 ]; }; then status=$rc; fi

@@ -1,7 +1,7 @@
 """Sliding-window caches at their real sizes: one decode program for every past length.
 
 For Mistral (every layer sliding), Gemma 3 (its own 5:1 sliding/full pattern) and gpt-oss (alternating), each
-with windows 4, 16 and the config's own default: a decode step traced inside the window and one traced beyond
+with windows 4, 16 (strict) and the config's own default: a decode step traced inside the window and one traced beyond
 it each run inside it, across it (the new tokens fill it) and beyond it, at another batch and another number of
 new tokens, with the keys/values-only dynamic shapes a user writes. Every cache leaf and the output structure
 are compared with eager.
@@ -81,7 +81,9 @@ def regimes(window):
     return {"inside": inside, "crossing": window - 2, "beyond": window + 5}
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=lambda w: f"window{w or 'default'}")
+# Window 16 non-strict is left to the strict test below (the same regimes, the same rows): 4 is crossed by every
+# past length run, the default is larger than all of them.
+@pytest.mark.parametrize("window", [w for w in WINDOWS if w != 16], ids=lambda w: f"window{w or 'default'}")
 @pytest.mark.parametrize("traced_at", ["inside", "beyond"])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_one_decode_program_for_every_past_length(sliding_agent, name, window, traced_at):

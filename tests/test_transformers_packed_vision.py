@@ -123,6 +123,16 @@ OWN_OF_SAME_SOURCES = {"qwen3_vl_moe_4x": ("transformers.vision.qwen3_vl_moe_rop
                        "glm4v_moe_4x": ("transformers.moe.glm4v_moe",)}
 
 
+#: Of the models, those whose tower and text are another tested model's with a change the rewritten statements do
+#: not see (GLM-4V-MoE, GLM-OCR, GLM-4.6V: GLM-4V's tower), beside SAME_SOURCES: the default patches' interplay
+#: on the same code, shown once.
+ZERO_CODE_SAME_AS = {"glm4v_moe": "glm4v", "glm_ocr": "glm4v", "glm46v": "glm4v"}
+#: Of those, the ones whose tower rows and placeholder check are GLM-4V's very sources (fingerprints, asserted
+#: below): their strict=True export and strict refusal are GLM-4V's (Dynamo traces the same functions). Not
+#: GLM-OCR: its tower attention is another source.
+STRICT_SAME_AS = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
+
+
 def _left_out(model):
     """The rows of ``model`` its test leaves out one at a time."""
     return OWN_OF_SAME_SOURCES.get(model, ()) if model in SAME_SOURCES else _rows(model)
@@ -158,7 +168,8 @@ def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT
-                                   if m in NAMES_5 and m not in SAME_SOURCES])  # the catalogue's (Qwen3-Omni): below
+                                   if m in NAMES_5 and m not in (*SAME_SOURCES, *STRICT_SAME_AS)])
+# (the catalogue's Qwen3-Omni: below)
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail, the
     program refuses the first run set (other images)."""
@@ -168,12 +179,27 @@ def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(ma
 
 # Strict=True of the models of another's very sources: their rows are that model's (same fingerprints, asserted
 # above), whose strict export is proven here, so only their own non-strict export runs (Dynamo traces the same
-# functions; their placeholder rows likewise).
+# functions; their placeholder rows likewise). STRICT_SAME_AS likewise: GLM-4V's strict export proves their tower
+# and placeholder rows.
 @pytest.mark.parametrize("model, strict", [
     pytest.param(p.values[0], strict, marks=p.marks, id=f"{p.values[0]}-{'strict' if strict else 'non-strict'}")
-    for p in MODELS for strict in (False, True) if not (strict and p.values[0] in SAME_SOURCES)])
+    for p in MODELS for strict in (False, True)
+    if not (strict and p.values[0] in (*SAME_SOURCES, *STRICT_SAME_AS))])
 def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, model, strict):
     proving.exports_with(packed_case(model, (*_rows(model), *_strict_rows(model)), strict=strict), make_agent)
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in STRICT_SAME_AS])
+def test_strict_same_as_models_share_its_tower_and_placeholder_rows(model):
+    """What lets their strict export and strict refusal be GLM-4V's: the same placeholder check, and the same
+    tower rows (fingerprints)."""
+    proven = STRICT_SAME_AS[model]
+    checks = packed_rows.PLACEHOLDER_CHECK_STRICT
+    assert checks[model] == checks[proven]
+    tower = packed_rows.BORROWED_TOWERS.get(model, model)
+    for row in ("patch_positions_packed", "attention_packed"):
+        ours, theirs = (proving.row(f"transformers.vision.{name}_{row}") for name in (tower, proven))
+        assert ours.fingerprints == theirs.fingerprints, (ours.id, theirs.id)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -333,12 +359,6 @@ def test_lfm3_vl_convolution_equals_upstream(kernel):
         with torch.no_grad():  # outside export: upstream's forward
             expected, got = conv(hidden, grids.tolist()), packed.lfm3_vl_conv_packed(conv, hidden, grids)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-
-
-#: Of the models, those whose tower and text are another tested model's with a change the rewritten statements do
-#: not see (GLM-4V-MoE, GLM-OCR, GLM-4.6V: GLM-4V's tower), beside SAME_SOURCES: the default patches' interplay
-#: on the same code, shown once.
-ZERO_CODE_SAME_AS = {"glm4v_moe": "glm4v", "glm_ocr": "glm4v", "glm46v": "glm4v"}
 
 
 # Not the models of another's very sources (SAME_SOURCES, ZERO_CODE_SAME_AS): the same rows over the same code. A
