@@ -1,8 +1,8 @@
 """Sliding-window caches at their real sizes: one decode program for every past length.
 
 For Mistral (every layer sliding), Gemma 3 (its own 5:1 sliding/full pattern) and gpt-oss (alternating), each
-with windows 4, 16 (strict) and the config's own default: a decode step traced inside the window and one traced beyond
-it each run inside it, across it (the new tokens fill it) and beyond it, at another batch and another number of
+with windows 4, 16 (strict) and the config's own default: a decode step traced inside the window and one traced
+beyond it each run inside it, across it (the new tokens fill it) and beyond it, at another batch and another number of
 new tokens, with the keys/values-only dynamic shapes a user writes. Every cache leaf and the output structure
 are compared with eager.
 """

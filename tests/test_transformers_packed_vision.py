@@ -128,8 +128,8 @@ OWN_OF_SAME_SOURCES = {"qwen3_vl_moe_4x": ("transformers.vision.qwen3_vl_moe_rop
 #: on the same code, shown once.
 ZERO_CODE_SAME_AS = {"glm4v_moe": "glm4v", "glm_ocr": "glm4v", "glm46v": "glm4v"}
 #: Of those, the ones whose tower rows and placeholder check are GLM-4V's very sources (fingerprints, asserted
-#: below): their strict=True export and strict refusal are GLM-4V's (Dynamo traces the same functions). Not
-#: GLM-OCR: its tower attention is another source.
+#: below): their strict=True export is GLM-4V's (Dynamo traces the same functions; each one's strict refusal without
+#: its own placeholder row is still shown). Not GLM-OCR: its tower attention is another source.
 STRICT_SAME_AS = {"glm4v_moe": "glm4v", "glm46v": "glm4v"}
 
 
@@ -168,8 +168,7 @@ def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in packed_rows.PLACEHOLDER_CHECK_STRICT
-                                   if m in NAMES_5 and m not in (*SAME_SOURCES, *STRICT_SAME_AS)])
-# (the catalogue's Qwen3-Omni: below)
+                                   if m in NAMES_5 and m not in SAME_SOURCES])  # the catalogue's (Qwen3-Omni): below
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail, the
     program refuses the first run set (other images)."""
@@ -190,9 +189,9 @@ def test_exported_prefill_matches_eager_on_other_images_and_lengths(make_agent, 
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in STRICT_SAME_AS])
-def test_strict_same_as_models_share_its_tower_and_placeholder_rows(model):
-    """What lets their strict export and strict refusal be GLM-4V's: the same placeholder check, and the same
-    tower rows (fingerprints)."""
+def test_strict_same_as_models_share_their_models_tower_and_placeholder_rows(model):
+    """What lets their strict export be GLM-4V's: the same placeholder check, and the same tower rows
+    (fingerprints)."""
     proven = STRICT_SAME_AS[model]
     checks = packed_rows.PLACEHOLDER_CHECK_STRICT
     assert checks[model] == checks[proven]
