@@ -26,6 +26,7 @@ MODELS = {
                 dict(num_hidden_layers=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2)),
 }
 WINDOWS = [4, 16, None]  # None: the config class's own default (4096 for Mistral and Gemma 3, 128 for gpt-oss)
+STRICT_WINDOW = 16  # the window the strict test exports at
 CHUNK = 512  # prefill in chunks: a past beyond a 4096 window in one eager call is a 4k x 4k attention per head
 
 
@@ -81,9 +82,9 @@ def regimes(window):
     return {"inside": inside, "crossing": window - 2, "beyond": window + 5}
 
 
-# Window 16 non-strict is left to the strict test below (the same regimes, the same rows): 4 is crossed by every
-# past length run, the default is larger than all of them.
-@pytest.mark.parametrize("window", [w for w in WINDOWS if w != 16], ids=lambda w: f"window{w or 'default'}")
+# The strict test's window is left to it (the same regimes, the same rows): 4 is crossed by every past length run,
+# the default is larger than all of them.
+@pytest.mark.parametrize("window", [w for w in WINDOWS if w != STRICT_WINDOW], ids=lambda w: f"window{w or 'default'}")
 @pytest.mark.parametrize("traced_at", ["inside", "beyond"])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_one_decode_program_for_every_past_length(sliding_agent, name, window, traced_at):
@@ -94,7 +95,7 @@ def test_one_decode_program_for_every_past_length(sliding_agent, name, window, t
 @pytest.mark.parametrize("name", list(MODELS))
 def test_strict_export_of_sliding_layers(sliding_agent, name, traced_at):
     """strict=True (Dynamo) too: the seen count is rebuilt from traced sizes, never read from the caller's int."""
-    _one_program_serves_every_regime(name, 16, traced_at, strict=True)
+    _one_program_serves_every_regime(name, STRICT_WINDOW, traced_at, strict=True)
 
 
 def _one_program_serves_every_regime(name, window, traced_at, strict):

@@ -33,10 +33,10 @@ def _case_per_patch() -> dict:
         result = case["results"].get("autopatch", {})
         if result.get("status") == "ok" and case["name"] in catalogue.CASES:
             used.setdefault(case["name"], set()).update(result.get("patches") or {})
-    order = list(catalogue.CASES).index
+    names = sorted(used, key=list(catalogue.CASES).index)
     left, chosen = set().union(*used.values()), {}
     while left:
-        name = max(sorted(used, key=order), key=lambda n: len(used[n] & left))  # max keeps the first of ties
+        name = max(names, key=lambda n: len(used[n] & left))  # max keeps the first of ties
         chosen.update(dict.fromkeys(used[name] & left, name))
         left -= used[name]
     return chosen

@@ -45,6 +45,10 @@ MODELS = [*(pytest.param(m, marks=V5) for m in NAMES_5), *(pytest.param(m, marks
 FAILS = "data-dependent|specialized it to be a constant|specialized value"
 
 
+#: The rows of a 5.23 model's tower (``transformers.vision.<tower>_<row>``), another model's for BORROWED_TOWERS.
+TOWER_ROWS = ("patch_positions_packed", "attention_packed")
+
+
 def _rows(model):
     """The rows a non-strict export of ``model`` needs."""
     if model in NAMES_4:
@@ -54,7 +58,7 @@ def _rows(model):
             "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *own)
         ) + TEXT_NEEDS_4X.get(model, ())
     tower = packed_rows.BORROWED_TOWERS.get(model, model)  # GLM-4.6V and Cosmos3-Omni: another model's tower
-    rows = [f"transformers.vision.{tower}_{row}" for row in ("patch_positions_packed", "attention_packed")]
+    rows = [f"transformers.vision.{tower}_{row}" for row in TOWER_ROWS]
     rows += [f"transformers.vision.{model}_{row}" for row in ("image_features_packed", "rope_index")
              if not (row == "rope_index" and model in packed_rows.NO_ROPE_INDEX)]
     if model in packed_rows.WINDOWED_MODELS:
@@ -196,7 +200,7 @@ def test_strict_same_as_models_share_their_models_tower_and_placeholder_rows(mod
     checks = packed_rows.PLACEHOLDER_CHECK_STRICT
     assert checks[model] == checks[proven]
     tower = packed_rows.BORROWED_TOWERS.get(model, model)
-    for row in ("patch_positions_packed", "attention_packed"):
+    for row in TOWER_ROWS:
         ours, theirs = (proving.row(f"transformers.vision.{name}_{row}") for name in (tower, proven))
         assert ours.fingerprints == theirs.fingerprints, (ours.id, theirs.id)
 
