@@ -27,6 +27,7 @@ from .areas.output_capturing import rows as output_capturing
 from .areas.vision import rows as vision
 from .areas.packed_vision import rows as packed_vision
 from .areas.fp16_clamp import rows as fp16_clamp
+from .areas.weight_writes import rows as weight_writes
 from .spec import PatchSpec
 
 EXPORT_ENTRY_POINTS = (
@@ -71,7 +72,7 @@ EXPORT_ENTRY_POINTS = (
 
 #: The areas, in the order their rows are installed and listed.
 AREAS = (pytree, exporters, sliding_windows, torch_shapes, rope, state_space, generation, positions, text_masks, moe,
-         onnx, output_capturing, vision, packed_vision, fp16_clamp)
+         onnx, output_capturing, vision, packed_vision, weight_writes, fp16_clamp)
 
 PATCHES = tuple(row for area in AREAS for row in area.ROWS)
 
