@@ -26,7 +26,7 @@ TF5 = Version(transformers.__version__) >= Version("5")
 # (model, patch id): 5.23 patches the module function mamba_selective_scan (falcon_mamba has its own copy);
 # 5.3 and 5.12 rewrite MambaMixer.slow_forward (no such function there; FalconMamba's program also needs
 # torch.export.parameter_buffers in ep.module()); 4.57 patches MambaMixer.slow_forward and rewrites
-# FalconMambaMixer.slow_forward.
+# FalconMambaMixer.slow_forward (Jamba's mixer, the same loop: jamba_4x_case, on the catalogue's model).
 if Version(transformers.__version__) < Version("5.13") and TF5:
     CASES = [("mamba", "transformers.mamba.slow_forward_scan"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan")]
@@ -76,6 +76,27 @@ def test_prefill_exports_and_matches_eager_at_other_sizes(make_agent, name, patc
     program, _ = proving.exports_with(prefill_case(name, patch), make_agent)
     assert any("scan" in str(node.target) for node in program.graph.nodes)
     assert autopatch.last_export_report()["patches"][patch] == 2  # one per layer
+
+
+def jamba_4x_case():
+    """4.x Jamba's prefill as the sweep drives it: the tiny catalogue's model (its config class's layer pattern),
+    left-padded batches with their masks (Jamba's 4.x causal mask takes its length from the mask), other batches
+    and lengths at run time."""
+    def build_case():
+        from autopatch.models import tiny
+
+        arch = tiny.architecture("jamba", "causal")
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, "prefill", k, padded=True) for k in range(3))
+        return model, traced, other, [third, other]
+
+    return Proof("jamba/prefill", build_case, rows=("transformers.jamba.slow_forward_scan_4x",),
+                 fails_with="specialized it to be a constant|Constraints violated", beside=("all",))
+
+
+@requires("transformers<5")
+def test_jamba_4x_prefill_fails_without_its_scan_and_matches_eager_with_it(make_agent):
+    proving.prove(jamba_4x_case(), make_agent)
 
 
 def test_prefill_strict(make_agent):

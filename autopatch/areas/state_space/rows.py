@@ -109,6 +109,19 @@ ROWS = (
         "length. Rewritten from the source: the loop's recurrence as a scan (its program also needs "
         "torch.export.parameter_buffers).",
     ),
+    PatchSpec(
+        id="transformers.jamba.slow_forward_scan_4x",
+        family="transformers",
+        trigger="transformers.models.jamba.modeling_jamba",
+        target="JambaMambaMixer.slow_forward",
+        mode="rewrite",
+        replacement="autopatch.areas.state_space.scans:loop_as_scan",
+        requires=("transformers>=4.56,<5", "torch>=2.9"),
+        fingerprints=("b73fc7ca33ef",),  # 4.57.6
+        reason="transformers 4.x: JambaMambaMixer.slow_forward loops over the sequence in Python (FalconMamba's "
+        "loop, the same lines), which fixes the prefill's length ('Constraints violated', Eq(s53, 5) at the "
+        "loop). Rewritten from the source: the loop's recurrence as a scan.",
+    ),
     # The chunked linear attentions' prefill (torch path), one source per attention on 5.23.
     *(
         PatchSpec(
@@ -206,7 +219,8 @@ ROWS = (
         reason="transformers 4.x: the selective scan loop inside MambaMixer.slow_forward specializes the "
         "sequence length; the recurrence runs as torch scan instead (cache branches kept).",
     ),
-    # 4.x hybrids' _update_mamba_mask: the mask above under its other name (Jamba's too, whose mixer needs no row).
+    # 4.x hybrids' _update_mamba_mask: the mask above under its other name (Jamba's too; its mixer's prefill loop is
+    # transformers.jamba.slow_forward_scan_4x).
     *(
         PatchSpec(
             id=f"transformers.{model}.mamba_mask",
@@ -433,9 +447,9 @@ SUMMARIES = (
         'The same loop inside 4.x `MambaMixer.slow_forward`.',
     ),
     (
-        ('transformers.falcon_mamba.slow_forward_scan_4x',),
-        "The same loop inside 4.x `FalconMambaMixer.slow_forward`, rewritten from its source (the loop's "
-        'statements only).',
+        ('transformers.falcon_mamba.slow_forward_scan_4x', 'transformers.jamba.slow_forward_scan_4x'),
+        "The same loop inside 4.x `FalconMambaMixer.slow_forward` and `JambaMambaMixer.slow_forward` (Jamba's "
+        "prefill), rewritten from its source (the loop's statements only).",
     ),
     (
         (
