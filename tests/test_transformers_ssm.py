@@ -26,7 +26,7 @@ TF5 = Version(transformers.__version__) >= Version("5")
 # (model, patch id): 5.23 patches the module function mamba_selective_scan (falcon_mamba has its own copy);
 # 5.3 and 5.12 rewrite MambaMixer.slow_forward (no such function there; FalconMamba's program also needs
 # torch.export.parameter_buffers in ep.module()); 4.57 patches MambaMixer.slow_forward and rewrites
-# FalconMambaMixer.slow_forward (Jamba's mixer, the same loop: jamba_4x_case, on the catalogue's model).
+# FalconMambaMixer.slow_forward (Jamba's mixer, the same loop: HYBRID_STEPS_4X, on the catalogue's model).
 if Version(transformers.__version__) < Version("5.13") and TF5:
     CASES = [("mamba", "transformers.mamba.slow_forward_scan"),
              ("falcon_mamba", "transformers.falcon_mamba.slow_forward_scan")]
@@ -78,25 +78,42 @@ def test_prefill_exports_and_matches_eager_at_other_sizes(make_agent, name, patc
     assert autopatch.last_export_report()["patches"][patch] == 2  # one per layer
 
 
-def jamba_4x_case():
-    """4.x Jamba's prefill as the sweep drives it: the tiny catalogue's model (its config class's layer pattern),
-    left-padded batches with their masks (Jamba's 4.x causal mask takes its length from the mask), other batches
-    and lengths at run time."""
+#: 4.x hybrids' steps that their rows make exportable, on the tiny catalogue's model as the sweep drives it (the
+#: config class's layer pattern), traced and run on left-padded batches with their masks (the 4.x causal masks take
+#: their width from the mask), other batches and lengths at run time: (model, step, rows, error without them).
+#: Jamba's and Zamba's mixers loop over the sequence (its length fixed); Zamba's and Zamba2's skip an all-ones mask
+#: with an `if` on the data; their decode steps need their model-local caches as pytree nodes (the catalogue hands
+#: each prefill an empty one, as generate() does: without it they return none).
+HYBRID_STEPS_4X = [
+    ("jamba", "prefill", ("transformers.jamba.slow_forward_scan_4x",), "specialized it to be a constant|Constraints"),
+    ("zamba", "prefill", ("transformers.zamba.slow_forward_scan_4x",), "data-dependent expression Eq"),
+    ("zamba", "decode", ("transformers.zamba.slow_forward_scan_4x", "pytree.model_cache.zamba"),
+     "Unsupported input type|data-dependent expression"),
+    ("zamba2", "prefill", ("transformers.zamba2.padding_mask_4x", "transformers.zamba2.causal_mask_length"),
+     "data-dependent expression"),
+    ("zamba2", "decode", ("transformers.zamba2.padding_mask_4x", "transformers.zamba2.causal_mask_length",
+                          "pytree.model_cache.zamba2"), "Unsupported input type|data-dependent expression"),
+]
+
+
+def hybrid_4x_case(model_type, step, rows, fails_with):
     def build_case():
         from autopatch.models import tiny
 
-        arch = tiny.architecture("jamba", "causal")
+        arch = tiny.architecture(model_type, "causal")
         model = tiny.build(arch)
-        traced, other, third = (tiny.inputs(model, arch, "prefill", k, padded=True) for k in range(3))
+        traced, other, third = (tiny.inputs(model, arch, step, k, padded=True) for k in range(3))
         return model, traced, other, [third, other]
 
-    return Proof("jamba/prefill", build_case, rows=("transformers.jamba.slow_forward_scan_4x",),
-                 fails_with="specialized it to be a constant|Constraints violated", beside=("all",))
+    return Proof(f"{model_type}/{step}", build_case, rows=rows, fails_with=fails_with, beside=("all",))
 
 
 @requires("transformers<5")
-def test_jamba_4x_prefill_fails_without_its_scan_and_matches_eager_with_it(make_agent):
-    proving.prove(jamba_4x_case(), make_agent)
+@pytest.mark.parametrize("model_type,step,rows,fails_with", HYBRID_STEPS_4X,
+                         ids=[f"{m}-{s}" for m, s, _, _ in HYBRID_STEPS_4X])
+def test_4x_hybrid_steps_fail_without_their_rows_and_match_eager_with_them(make_agent, model_type, step, rows,
+                                                                            fails_with):
+    proving.prove(hybrid_4x_case(model_type, step, rows, fails_with), make_agent)
 
 
 def test_prefill_strict(make_agent):

@@ -2,9 +2,9 @@
 
 Without the row the prefill and the decode step of the tiny catalogue's Gemma 3n text model stop (a fake tensor among
 the program's constants); with it they export and match eager, every output leaf and the cache, at other batches and
-lengths, on left-padded batches. One layer's correction weight is set beyond the config's clip (120, the config class's own), so that the
-clamp changes the numbers: the program must clamp as eager does. The rewritten method equals the original bit for
-bit in eager, and leaves the parameter unwritten."""
+lengths, on left-padded batches. One layer's correction weight is set beyond the config's clip (120, the config
+class's own), so that the clamp changes the numbers: the program must clamp as eager does. The rewritten method
+equals the original bit for bit in eager, and leaves the parameter unwritten."""
 
 import copy
 

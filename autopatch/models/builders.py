@@ -231,7 +231,9 @@ def hybrid_cache_class(model):
 
     module = sys.modules[type(model).__module__]
     for name in dir(module):
-        if name.endswith("HybridMambaAttentionDynamicCache"):
+        # 4.x Zamba's and Zamba2's have names of their own (other 5.0-5.4 hybrids' caches end the same way)
+        if name.endswith("HybridMambaAttentionDynamicCache") or name in ("ZambaHybridDynamicCache",
+                                                                           "Zamba2HybridDynamicCache"):
             return getattr(module, name)
     return None
 

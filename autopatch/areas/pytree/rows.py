@@ -94,21 +94,23 @@ ROWS = (
             target=cache_class,
             mode="install",
             replacement="autopatch.areas.pytree.caches:register_attribute_cache",
-            requires=(f"transformers>={since},<5.5", "torch>=2.9"),
-            reason=f"{cache_class}, the {model} cache of transformers 4.x and 5.0-5.4 (5.5 and later keep these "
-            "states in DynamicCache), "
+            requires=(f"transformers>={since},<{before}", "torch>=2.9"),
+            reason=f"{cache_class}, the {model} cache of transformers 4.x"
+            f"{' and 5.0-5.4 (5.5 and later keep these states in DynamicCache)' if before == '5.5' else ''}, "
             "as an export input or output: its tensor attributes in definition order, the rest as structure.",
         )
         # Only caches whose models then export and run, with the transformers rows of the hybrid models below
-        # (mamba2 and lfm2: their decode_by_length rows). zamba2 registers with the same codec but fails further
-        # in its own code: nothing could prove its row. (falcon_mamba's program unlifts with
-        # torch.export.parameter_buffers.)
+        # (mamba2 and lfm2: their decode_by_length rows; zamba and zamba2: their mask rows, transformers.zamba*).
+        # (falcon_mamba's program unlifts with torch.export.parameter_buffers.)
         # MambaCache moved out of cache_utils into modeling_mamba in 4.54 (pytree.legacy.mamba_cache before).
-        for model, cache_class, since in (("mamba", "MambaCache", "4.54"), ("falcon_mamba", "FalconMambaCache", "4.54"),
-                                          ("qwen3_next", "Qwen3NextDynamicCache", "4.56"),
-                                          ("jamba", "HybridMambaAttentionDynamicCache", "4.56"),
-                                          ("mamba2", "Mamba2Cache", "4.56"), ("lfm2", "Lfm2HybridConvCache", "4.56"),
-                                          *((row.model, row.cache_class, "4.56") for row in HYBRID_MAMBA_4X))
+        # Zamba's and Zamba2's rows stop at 5: their 5.0-5.4 code was not proven (5.3's Zamba2 fails in eager).
+        for model, cache_class, since, before in (
+            ("mamba", "MambaCache", "4.54", "5.5"), ("falcon_mamba", "FalconMambaCache", "4.54", "5.5"),
+            ("qwen3_next", "Qwen3NextDynamicCache", "4.56", "5.5"),
+            ("jamba", "HybridMambaAttentionDynamicCache", "4.56", "5.5"),
+            ("mamba2", "Mamba2Cache", "4.56", "5.5"), ("lfm2", "Lfm2HybridConvCache", "4.56", "5.5"),
+            ("zamba", "ZambaHybridDynamicCache", "4.56", "5"), ("zamba2", "Zamba2HybridDynamicCache", "4.56", "5"),
+            *((row.model, row.cache_class, "4.56", "5.5") for row in HYBRID_MAMBA_4X))
     ),
     PatchSpec(
         id="pytree.model_cache.xlstm",
@@ -161,14 +163,17 @@ SUMMARIES = (
             'pytree.model_cache.mamba', 'pytree.model_cache.falcon_mamba', 'pytree.model_cache.qwen3_next',
             'pytree.model_cache.jamba', 'pytree.model_cache.bamba', 'pytree.model_cache.granitemoehybrid',
             'pytree.model_cache.falcon_h1', 'pytree.model_cache.mamba2', 'pytree.model_cache.lfm2',
+            'pytree.model_cache.zamba', 'pytree.model_cache.zamba2',
         ),
         'transformers 4.x and 5.0-5.4 model-local `MambaCache` and `FalconMambaCache` (from 4.54; '
         "FalconMamba's program also needs `torch.export.parameter_buffers`), and from 4.56 "
         '`Qwen3NextDynamicCache`, `HybridMambaAttentionDynamicCache`, '
-        '`FalconHybridMambaAttentionDynamicCache`, `Mamba2Cache` and `Lfm2HybridConvCache`: their tensor '
-        "attributes (`conv_states`, `ssm_states`, the attention layers' keys and values...) as children "
-        "in the object's own attribute order, the batch size read back from the tensors (5.5 and later "
-        'keep these states in `DynamicCache`). Tested on 4.57.6 and 5.3.0.',
+        '`FalconHybridMambaAttentionDynamicCache`, `Mamba2Cache`, `Lfm2HybridConvCache`, '
+        "and 4.x `ZambaHybridDynamicCache` and `Zamba2HybridDynamicCache` (with their mask rows, "
+        "`transformers.zamba*`): their tensor attributes (`conv_states`, `ssm_states`, the attention layers' keys "
+        "and values...) as children in the object's own attribute order, the batch size read back from the "
+        "tensors (5.5 and later keep these states in `DynamicCache`). Tested on 4.57.6 and 5.3.0 (Zamba's and "
+        "Zamba2's on 4.57.6).",
     ),
     (
         ('pytree.model_cache.xlstm',),

@@ -275,18 +275,48 @@ ROWS = (
             ("lfm2", "Lfm2ShortConv.slow_forward", "short_conv_decode_by_length", ("fb11f66dbcc4", "c6000f7fd310")),
         )
     ),
+    *(
+        PatchSpec(
+            id=f"transformers.{model}.causal_mask_length",
+            family="transformers",
+            trigger=f"transformers.models.{model}.modeling_{model}",
+            target=f"{owner}._update_causal_mask",
+            mode="rewrite",
+            replacement="autopatch.areas.state_space.scans:causal_mask_length_from_mask",
+            requires=("transformers>=4.56,<5", "torch>=2.9"),
+            fingerprints=("543f4a4249e5",),  # 4.57.6: Zamba2's is Jamba's source
+            reason=f"{name}'s 4.x causal mask is `cache_position[-1] + 1` wide, a tensor: a data-dependent width the "
+            "attention then fails to match with the keys (guard Eq(Min(6, u0), 6)). Rewritten from the source to "
+            "take the 2D attention mask's width, asserted equal at run time.",
+        )
+        for model, owner, name in (("jamba", "JambaModel", "Jamba"), ("zamba2", "Zamba2Model", "Zamba2"))
+    ),
     PatchSpec(
-        id="transformers.jamba.causal_mask_length",
+        id="transformers.zamba.slow_forward_scan_4x",
         family="transformers",
-        trigger="transformers.models.jamba.modeling_jamba",
-        target="JambaModel._update_causal_mask",
+        trigger="transformers.models.zamba.modeling_zamba",
+        target="ZambaMambaMixer.slow_forward",
         mode="rewrite",
-        replacement="autopatch.areas.state_space.scans:causal_mask_length_from_mask",
+        replacement="autopatch.areas.state_space.scans:zamba_mask_and_loop_as_scan",
         requires=("transformers>=4.56,<5", "torch>=2.9"),
-        fingerprints=("543f4a4249e5",),
-        reason="Jamba's 4.x causal mask is `cache_position[-1] + 1` wide, a tensor: a data-dependent width the "
-        "attention then fails to match with the keys (guard Eq(Min(6, u0), 6)). Rewritten from the source to take "
-        "the 2D attention mask's width, asserted equal at run time.",
+        fingerprints=("1f373df6d06c",),  # 4.57.6
+        reason="4.x ZambaMambaMixer.slow_forward zeroes padded positions only `if not torch.all(attention_mask == "
+        "1)`, a branch on the data (guard Eq(u1, 1)), then loops over the sequence head by head, which fixes the "
+        "prefill's length. Rewritten from the source: the mask applied whenever given (an all-ones mask changes no "
+        "value), the loop's recurrence as one scan over heads x batch.",
+    ),
+    PatchSpec(
+        id="transformers.zamba2.padding_mask_4x",
+        family="transformers",
+        trigger="transformers.models.zamba2.modeling_zamba2",
+        target="Zamba2MambaMixer.torch_forward",
+        mode="rewrite",
+        replacement="autopatch.areas.state_space.scans:mask_always",
+        requires=("transformers>=4.56,<5", "torch>=2.9"),
+        fingerprints=("677b28722f5d",),  # 4.57.6
+        reason="4.x Zamba2MambaMixer.torch_forward zeroes padded positions only `if not torch.all(attention_mask "
+        "== 1)`, a branch on the data: the prefill stopped (guard Eq(u1, 1)). Rewritten from the source: the mask "
+        "applied whenever given (an all-ones mask changes no value).",
     ),
     PatchSpec(
         id="transformers.falcon_h1.cache_update",
@@ -468,10 +498,16 @@ SUMMARIES = (
         'position 0 is refused, not miscomputed.',
     ),
     (
-        ('transformers.jamba.causal_mask_length',),
-        "Jamba's 4.x causal mask is `cache_position[-1] + 1` wide (a tensor, so a data-dependent width); "
-        "rewritten from the source to take the 2D attention mask's width, which the program asserts equal "
+        ('transformers.jamba.causal_mask_length', 'transformers.zamba2.causal_mask_length'),
+        "Jamba's and Zamba2's 4.x causal mask is `cache_position[-1] + 1` wide (a tensor, so a data-dependent "
+        "width); rewritten from the source to take the 2D attention mask's width, which the program asserts equal "
         'at run time.',
+    ),
+    (
+        ('transformers.zamba.slow_forward_scan_4x', 'transformers.zamba2.padding_mask_4x'),
+        "4.x Zamba's and Zamba2's mixers zero padded positions only `if` the mask holds a zero (a branch on the "
+        "data): applied whenever a mask is given (multiplying by ones changes no value); Zamba's per-head loop "
+        'over the sequence becomes one scan.',
     ),
     (
         ('transformers.falcon_h1.cache_update',),

@@ -238,6 +238,43 @@ def loop_as_scan(slow_forward):
     return substitute_expressions(slow_forward, _LOOP_AS_SCAN)
 
 
+#: 4.x Zamba's and Zamba2's mixers zero the padded positions only `if` the mask has a zero (a branch on the data:
+#: guard Eq(u1, 1)). Multiplying by an all-ones mask changes no value (x * 1 is x, in every float), so the
+#: product is taken whenever there is a mask.
+_MASK_ALWAYS = {"attention_mask is not None and not torch.all(attention_mask == 1)": "attention_mask is not None"}
+
+#: 4.x Zamba's loop over the sequence, per head: states [batch, heads, head_dim, N], its A and Bu
+#: [heads, batch, head_dim, T, N], C [heads, batch, T, N]; the same recurrence over heads x batch rows.
+_ZAMBA_LOOP_AS_SCAN = {
+    """for i in range(seq_len):
+    ssm_state = discrete_A[:, :, :, i, :].transpose(0, 1) * ssm_state + deltaB_u[:, :, :, i, :].transpose(0, 1)
+    scan_output = torch.matmul(ssm_state.transpose(0, 1).to(dtype), C[:, :, i, :].unsqueeze(-1))
+    scan_outputs.append(scan_output[:, :, :, 0])""":
+    """scan_output, ssm_state = __autopatch_rt.linear_recurrence(discrete_A.flatten(0, 1), deltaB_u.flatten(0, 1),
+    C.flatten(0, 1), ssm_state.transpose(0, 1).flatten(0, 1), dtype)
+scan_output = scan_output.unflatten(0, (self.n_mamba_heads, -1))
+ssm_state = ssm_state.unflatten(0, (self.n_mamba_heads, -1)).transpose(0, 1)""",
+    "scan_output = torch.stack(scan_outputs, dim=-1)": "pass",
+}
+
+
+def zamba_mask_and_loop_as_scan(slow_forward):
+    """A rewriter for 4.x ``ZambaMambaMixer.slow_forward``: the padding mask applied whenever there is one
+    (``_MASK_ALWAYS``) and its per-head loop over the sequence, which fixes the prefill's length, as the scan
+    of ``runtime.linear_recurrence`` over heads x batch rows (``_ZAMBA_LOOP_AS_SCAN``)."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(slow_forward, {**_MASK_ALWAYS, **_ZAMBA_LOOP_AS_SCAN})
+
+
+def mask_always(torch_forward):
+    """A rewriter for 4.x ``Zamba2MambaMixer.torch_forward``: the padding mask applied whenever there is one
+    (``_MASK_ALWAYS``); its chunked scan needs nothing more."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(torch_forward, _MASK_ALWAYS)
+
+
 def causal_mask_length_from_mask(update_causal_mask):
     """A rewriter for 4.x Jamba's ``_update_causal_mask``: ``target_length = cache_position[-1] + 1`` is a tensor,
     so the mask's width becomes a data-dependent size the attention cannot match with the keys. With a 2D
