@@ -22,6 +22,7 @@ from autopatch.dynamic_shapes import fit_to_signature
 from autopatch.areas.vision.rows import (LLAVA_MESSAGE, PLACEHOLDER_MASK_4X_MORE, PLACEHOLDER_MASK_MODELS,
                                          PLACEHOLDER_MESSAGE_MODELS)
 from autopatch.models import tiny, vlms
+from conftest import requires
 from proving import Proof
 
 TF4 = Version(transformers.__version__) < Version("5")
@@ -333,7 +334,7 @@ def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_age
 @pytest.mark.requires("transformers<5")
 @pytest.mark.parametrize("name", [row.model for row in PLACEHOLDER_MASK_4X_MORE])
 def test_more_4x_vlms_need_llavas_placeholder_mask_row(make_agent, name):
-    """Aria and Florence-2 share Llava's 4.x get_placeholder_mask, DeepSeek-VL and Janus the same check
+    """Aria and Florence-2 share Llava's 4.x get_placeholder_mask, DeepSeek-VL, Janus and LFM2-VL the same check
     laid out otherwise: its Python comparison of the placeholder count stops the export; with the row the
     catalogue's model matches eager at other image batches."""
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_mask", DATA_DEPENDENT), make_agent)
@@ -408,17 +409,23 @@ def _naflex_grids(model, inputs, grids):
     return inputs
 
 
-LFM2_VL_ROWS = ("transformers.vision.siglip2_positions", "transformers.vision.lfm2_vl_features")
+#: LFM2-VL's rows, each where it applies: 5.13+'s, and 4.x's (the same replacements for 4.x's sources; its 4.x
+#: placeholder check is Llava's row, test_more_4x_vlms_need_llavas_placeholder_mask_row).
+LFM2_VL_ROWS = (
+    *(pytest.param(row, marks=requires("transformers>=5.13"))
+      for row in ("transformers.vision.siglip2_positions", "transformers.vision.lfm2_vl_features")),
+    *(pytest.param(row, marks=requires("transformers<5"))
+      for row in ("transformers.vision.siglip2_positions_4x", "transformers.vision.lfm2_vl_features_4x")),
+)
 
 
-@pytest.mark.requires("transformers>=5.13")  # the rows' versions
 @pytest.mark.parametrize("row", LFM2_VL_ROWS)
 def test_lfm2_vl_fails_without_each_row_and_matches_eager_with_them(make_agent, row):
     """LFM2-VL loops over its images twice (SigLIP 2's position resampling, its own block folding): without
     either row the image count is fixed (the export says so, or, without the folding row, the program refuses
-    other batches: 'Guard failed'); with both, other batches match eager, and so do images with other grids
+    other batches: 'Guard failed'; 4.x's resampling reads its sizes as data); with both, other batches match eager, and so do images with other grids
     inside the padded patch batch (2 x 4, 4 x 2, 2 x 2 of the traced 4 x 4)."""
-    case = dataclasses.replace(catalogue_case("lfm2_vl", row, "Constraints violated|Guard failed"),
+    case = dataclasses.replace(catalogue_case("lfm2_vl", row, "Constraints violated|Guard failed|" + DATA_DEPENDENT),
                                fails_at_run=True)
 
     def build():
@@ -429,10 +436,12 @@ def test_lfm2_vl_fails_without_each_row_and_matches_eager_with_them(make_agent, 
     proving.prove(dataclasses.replace(case, build=build, beside=("all",)), make_agent)
 
 
-@pytest.mark.requires("transformers>=5.13")
-def test_siglip2_positions_equal_upstream_over_random_grids():
-    """The loop-free resampling against SigLIP 2's own over random grids (shrunk, enlarged, oblong, one row or
-    one column) and padded lengths, for grids of 16 (the tiny tower's) and 5 positions a side."""
+@pytest.mark.parametrize("version", [pytest.param("5.13+", marks=requires("transformers>=5.13")),
+                                     pytest.param("4.x", marks=requires("transformers<5"))])
+def test_siglip2_positions_equal_upstream_over_random_grids(version):
+    """The loop-free resampling against SigLIP 2's own (``version``'s, where a row applies) over random grids
+    (shrunk, enlarged, oblong, one row or one column) and padded lengths, for grids of 16 (the tiny tower's) and 5
+    positions a side."""
     from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
 
     from autopatch.areas.vision.naflex import siglip2_positions_resampled

@@ -63,15 +63,29 @@ def siglip2_positions_resampled(original, positional_embeddings, spatial_shapes,
 
 
 def lfm2_vl_features_gathered(self, pixel_values, spatial_shapes, pixel_attention_mask, **kwargs):
-    """``Lfm2VlModel.get_image_features`` for every image at once: upstream cuts each image's patches out of the
-    padding, views them as its (rows, columns) grid and folds each ``factor x factor`` block into the channels
-    (the projector's pixel unshuffle), image by image. Here each merged token finds its image, block row and
-    block column, and gathers its block's patches in the channel order the unshuffle gives ((block row, block
-    column, channel)); the projector's norm and layers then act token by token, as on upstream's tensors. The
-    features come back as one element, which forward concatenates."""
+    """``Lfm2VlModel.get_image_features`` for every image at once (``_lfm2_vl_folded``). The features come back as
+    one element, which forward concatenates."""
     outputs = self.vision_tower(pixel_values=pixel_values, spatial_shapes=spatial_shapes,
                                 pixel_attention_mask=pixel_attention_mask, **{**kwargs, "return_dict": True})
-    hidden = outputs.last_hidden_state  # [images, patches, channels]
+    outputs.pooler_output = [_lfm2_vl_folded(self, outputs.last_hidden_state, spatial_shapes, pixel_attention_mask)]
+    return outputs
+
+
+def lfm2_vl_features_gathered_4x(self, pixel_values, spatial_shapes, pixel_attention_mask, **kwargs):
+    """4.x ``Lfm2VlModel.get_image_features``, which returns the list of each image's features (the tower called
+    without ``**kwargs``, as there): one element holding them all, which forward concatenates the same."""
+    hidden = self.vision_tower(pixel_values=pixel_values, spatial_shapes=spatial_shapes,
+                               pixel_attention_mask=pixel_attention_mask).last_hidden_state
+    return [_lfm2_vl_folded(self, hidden, spatial_shapes, pixel_attention_mask)]
+
+
+def _lfm2_vl_folded(self, hidden, spatial_shapes, pixel_attention_mask):
+    """Every image's projected features, in image order: upstream cuts each image's patches out of the padding,
+    views them as its (rows, columns) grid and folds each ``factor x factor`` block into the channels (the
+    projector's pixel unshuffle), image by image. Here each merged token finds its image, block row and block
+    column, and gathers its block's patches in the channel order the unshuffle gives ((block row, block column,
+    channel)); the projector's norm and layers then act token by token, as on upstream's tensors.
+    ``hidden``: the tower's [images, patches, channels]."""
     factor = self.multi_modal_projector.factor
     device = hidden.device
     rows, columns = spatial_shapes[:, 0].to(device), spatial_shapes[:, 1].to(device)
@@ -87,8 +101,6 @@ def lfm2_vl_features_gathered(self, pixel_values, spatial_shapes, pixel_attentio
               + block_column[:, None, None] * factor + step[None, None, :])  # [tokens, factor, factor]
     folded = hidden[image[:, None, None], source].flatten(1)  # [tokens, factor * factor * channels]
     projector = self.multi_modal_projector
-    if projector.use_layer_norm:
+    if getattr(projector, "use_layer_norm", True):  # 4.x projectors always norm (5.x: the config says)
         folded = projector.layer_norm(folded)
-    features = projector.linear_2(projector.act(projector.linear_1(folded)))
-    outputs.pooler_output = [features]
-    return outputs
+    return projector.linear_2(projector.act(projector.linear_1(folded)))

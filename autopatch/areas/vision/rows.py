@@ -31,6 +31,8 @@ PLACEHOLDER_MASK_4X_MORE = (
     Placeholder4x("florence2", "Florence2Model", LLAVA_MASK_4X),
     Placeholder4x("deepseek_vl", "DeepseekVLModel", ("6da7b8f9b40b",)),
     Placeholder4x("janus", "JanusModel", ("6da7b8f9b40b",)),
+    # LFM2-VL's counts its features by rows (they come flat, [tokens, dim]): the same check on the numbers of elements
+    Placeholder4x("lfm2_vl", "Lfm2VlModel", ("07deb545a2be",)),
 )
 #: Every 4.x model of Llava's placeholder-mask row: the family above with Llava's source, then those.
 PLACEHOLDER_MASK_4X = (*(Placeholder4x(model, owner, LLAVA_MASK_4X) for model, owner in PLACEHOLDER_MASK_MODELS),
@@ -475,6 +477,32 @@ ROWS = (
         "token, as upstream.",
     ),
     PatchSpec(
+        id="transformers.vision.siglip2_positions_4x",
+        family="transformers",
+        trigger="transformers.models.siglip2.modeling_siglip2",
+        target="Siglip2VisionEmbeddings.resize_positional_embeddings",
+        mode="route",
+        replacement="autopatch.areas.vision.naflex:siglip2_positions_resampled",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("a79b734f3c3e",),  # 4.57.6: 5.x's loop without its size checks, sizes read as tensors
+        reason="4.x SigLIP 2's resampling of its position grid, the same loop over the images as 5.x's (sizes "
+        "taken as tensors, not with .tolist()): the prefill of 4.x LFM2-VL stopped on its interpolation "
+        "('Could not guard on data-dependent expression u0 > 0'). The same replacement.",
+    ),
+    PatchSpec(
+        id="transformers.vision.lfm2_vl_features_4x",
+        family="transformers",
+        trigger="transformers.models.lfm2_vl.modeling_lfm2_vl",
+        target="Lfm2VlModel.get_image_features",
+        mode="route",
+        replacement="autopatch.areas.vision.naflex:lfm2_vl_features_gathered_4x",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("6275640471a6",),  # 4.57.6
+        needs=("transformers.vision.siglip2_positions_4x",),
+        reason="4.x Lfm2VlModel.get_image_features folds each image's patch blocks image by image, as 5.x's, and "
+        "returns the list of features: the same gather, its features as one element of that list.",
+    ),
+    PatchSpec(
         id="transformers.vision.ovis2_indicators",
         family="transformers",
         trigger="transformers.models.ovis2.modeling_ovis2",
@@ -545,10 +573,11 @@ SUMMARIES = (
             'transformers.vision.got_ocr2_placeholder_mask', 'transformers.vision.cohere2_vision_placeholder_mask',
             'transformers.vision.fuyu_placeholder_mask', 'transformers.vision.aria_placeholder_mask',
             'transformers.vision.florence2_placeholder_mask', 'transformers.vision.deepseek_vl_placeholder_mask',
-            'transformers.vision.janus_placeholder_mask',
+            'transformers.vision.janus_placeholder_mask', 'transformers.vision.lfm2_vl_placeholder_mask',
         ),
-        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family another, the same "
-        'check): a Python `if` on the number of image tokens, a data-dependent size; a runtime check instead.',
+        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family and LFM2-VL others, "
+        'the same check): a Python `if` on the number of image tokens, a data-dependent size; a runtime check '
+        'instead.',
     ),
     (
         (
@@ -648,12 +677,13 @@ SUMMARIES = (
         "end-of-line column always, selects the same tokens in the same order for all images at once.",
     ),
     (
-        ('transformers.vision.siglip2_positions', 'transformers.vision.lfm2_vl_features'),
+        ('transformers.vision.siglip2_positions', 'transformers.vision.lfm2_vl_features',
+         'transformers.vision.siglip2_positions_4x', 'transformers.vision.lfm2_vl_features_4x'),
         "LFM2-VL (5.13+) on SigLIP 2's variable-resolution tower: the tower resampled its position grid to each "
         "image's patch grid (antialiased `F.interpolate` at sizes read from the data) and the model folded each "
         "image's `2 x 2` patch blocks into channels, both in loops over the images that fixed their number. "
         "Every patch computes its separable antialias weights from the sizes (eager's one-column quirk kept) and "
-        "every merged token gathers its block, for all images at once.",
+        "every merged token gathers its block, for all images at once (4.x LFM2-VL too: `_4x` rows).",
     ),
     (
         ('transformers.vision.ovis2_indicators',),
