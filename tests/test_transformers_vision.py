@@ -332,10 +332,10 @@ def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_age
 
 
 @pytest.mark.requires("transformers<5")
-@pytest.mark.parametrize("name", [row.model for row in PLACEHOLDER_MASK_4X_MORE])
+@pytest.mark.parametrize("name", [*(row.model for row in PLACEHOLDER_MASK_4X_MORE), "video_llava", "chameleon"])
 def test_more_4x_vlms_need_llavas_placeholder_mask_row(make_agent, name):
     """Aria and Florence-2 share Llava's 4.x get_placeholder_mask, DeepSeek-VL, Janus and LFM2-VL the same check
-    laid out otherwise: its Python comparison of the placeholder count stops the export; with the row the
+    laid out otherwise (Video-LLaVA's for its videos too, Chameleon's on its vocabulary mapping's image token): its Python comparison of the placeholder count stops the export; with the row the
     catalogue's model matches eager at other image batches."""
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_mask", DATA_DEPENDENT), make_agent)
 

@@ -324,6 +324,32 @@ ROWS = (
         reason="The same check in LlavaNextVideoModel.get_placeholder_mask (4.x), for images and for videos.",
     ),
     PatchSpec(
+        id="transformers.vision.video_llava_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.video_llava.modeling_video_llava",
+        target="VideoLlavaModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:llava_next_video_placeholder_masks",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("9c53153d0944",),  # 4.57.6
+        reason="VideoLlavaModel.get_placeholder_mask (4.x) checks its image and its video tokens against their "
+        "features as LLaVA-NeXT-Video's does (Python ifs on data-dependent sizes: guard Ne(u0, 1024*s99)): the "
+        "same replacement, each check a runtime assertion.",
+    ),
+    PatchSpec(
+        id="transformers.vision.chameleon_placeholder_mask",
+        family="transformers",
+        trigger="transformers.models.chameleon.modeling_chameleon",
+        target="ChameleonModel.get_placeholder_mask",
+        mode="route",
+        replacement="autopatch.areas.vision.vlm:chameleon_placeholder_mask",
+        requires=("transformers>=4.56,<5",),
+        fingerprints=("7a6f2da0db35",),  # 4.57.6
+        reason="ChameleonModel.get_placeholder_mask (4.x) is Llava's check (a Python if on a data-dependent size: "
+        "guard Ne(u0, 256*s99)) with the image token read from the vocabulary mapping: the same runtime "
+        "assertion for that token.",
+    ),
+    PatchSpec(
         id="transformers.vision.llava_onevision_anyres",
         family="transformers",
         trigger="transformers.models.llava_onevision.modeling_llava_onevision",
@@ -574,10 +600,12 @@ SUMMARIES = (
             'transformers.vision.fuyu_placeholder_mask', 'transformers.vision.aria_placeholder_mask',
             'transformers.vision.florence2_placeholder_mask', 'transformers.vision.deepseek_vl_placeholder_mask',
             'transformers.vision.janus_placeholder_mask', 'transformers.vision.lfm2_vl_placeholder_mask',
+            'transformers.vision.video_llava_placeholder_mask', 'transformers.vision.chameleon_placeholder_mask',
         ),
         "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family and LFM2-VL others, "
-        'the same check): a Python `if` on the number of image tokens, a data-dependent size; a runtime check '
-        'instead.',
+        "the same check; Video-LLaVA's checks its videos too, as LLaVA-NeXT-Video's; Chameleon's reads its image "
+        'token from its vocabulary mapping): a Python `if` on the number of image tokens, a data-dependent size; a '
+        'runtime check instead.',
     ),
     (
         (

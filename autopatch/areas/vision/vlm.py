@@ -139,42 +139,42 @@ def llava_features_one_tensor(get_image_features):
 
 def llava_placeholder_mask(self, input_ids, inputs_embeds, image_features):
     """LlavaModel.get_placeholder_mask (4.x) with its size check as ``torch._check_tensor_all``."""
-    if input_ids is None:
-        image_embedding = self.get_input_embeddings()(
-            torch.tensor(self.config.image_token_id, dtype=torch.long, device=inputs_embeds.device)
-        )
-        special_image_mask = (inputs_embeds == image_embedding).all(-1)
-    else:
-        special_image_mask = input_ids == self.config.image_token_id
-    n_image_tokens = special_image_mask.sum()
-    # A tensor condition: export keeps it as an assertion on the program's inputs (a check on a plain SymInt
-    # comparison is absorbed as a shape fact and not asserted at run time). The message is a constant: under
-    # strict=True Dynamo cannot convert a message closure over tensors ("Can't convert torch._check*() message
-    # closure"), and this replacement only runs while exporting, where the program's assertion names no values.
-    torch._check_tensor_all(
-        n_image_tokens * inputs_embeds.shape[-1] == image_features.numel(),
-        lambda: "Image features and image tokens do not match",
-    )
-    return special_image_mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
+    return _checked_mask(self, self.config.image_token_id, input_ids, inputs_embeds, image_features,
+                         "Image features and image tokens do not match")
+
+
+def chameleon_placeholder_mask(self, input_ids, inputs_embeds, image_features):
+    """ChameleonModel.get_placeholder_mask (4.x): Llava's check, its image token read from the vocabulary
+    mapping."""
+    return _checked_mask(self, self.vocabulary_mapping.image_token_id, input_ids, inputs_embeds, image_features,
+                         "Image features and image tokens do not match")
 
 
 def llava_next_video_placeholder_masks(self, input_ids, inputs_embeds, image_features=None, video_features=None):
     """LlavaNextVideoModel.get_placeholder_mask (4.x): the image and the video masks, each size check as
     ``torch._check_tensor_all`` (as ``llava_placeholder_mask``)."""
-    masks = []
-    for token_id, features in ((self.config.image_token_id, image_features),
-                               (self.config.video_token_id, video_features)):
-        if input_ids is None:
-            embedding = self.get_input_embeddings()(
-                torch.tensor(token_id, dtype=torch.long, device=inputs_embeds.device))
-            mask = (inputs_embeds == embedding).all(-1)
-        else:
-            mask = input_ids == token_id
-        if features is not None:
-            torch._check_tensor_all(mask.sum() * inputs_embeds.shape[-1] == features.numel(),
-                                    lambda: "Image or video features and their tokens do not match")
-        masks.append(mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device))
-    return tuple(masks)
+    return tuple(_checked_mask(self, token_id, input_ids, inputs_embeds, features,
+                               "Image or video features and their tokens do not match")
+                 for token_id, features in ((self.config.image_token_id, image_features),
+                                            (self.config.video_token_id, video_features)))
+
+
+def _checked_mask(self, token_id, input_ids, inputs_embeds, features, message):
+    """The placeholder mask of ``token_id`` (from the ids, or from the embeddings when there are none), expanded
+    over the hidden size, and upstream's check that it has as many elements as ``features`` (skipped without
+    features, as upstream skips it)."""
+    if input_ids is None:
+        embedding = self.get_input_embeddings()(torch.tensor(token_id, dtype=torch.long, device=inputs_embeds.device))
+        mask = (inputs_embeds == embedding).all(-1)
+    else:
+        mask = input_ids == token_id
+    if features is not None:
+        # A tensor condition: export keeps it as an assertion on the program's inputs (a check on a plain SymInt
+        # comparison is absorbed as a shape fact and not asserted at run time). The message is a constant: under
+        # strict=True Dynamo cannot convert a message closure over tensors ("Can't convert torch._check*() message
+        # closure"), and this replacement only runs while exporting, where the program's assertion names no values.
+        torch._check_tensor_all(mask.sum() * inputs_embeds.shape[-1] == features.numel(), lambda: message)
+    return mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
 
 
 def placeholder_check_on_token_count(get_placeholder_mask):
