@@ -334,9 +334,10 @@ def test_strict_prefill_of_more_vlms_needs_the_lazy_placeholder_message(make_age
 @pytest.mark.requires("transformers<5")
 @pytest.mark.parametrize("name", [*(row.model for row in PLACEHOLDER_MASK_4X_MORE), "video_llava", "chameleon"])
 def test_more_4x_vlms_need_llavas_placeholder_mask_row(make_agent, name):
-    """Aria and Florence-2 share Llava's 4.x get_placeholder_mask, DeepSeek-VL, Janus and LFM2-VL the same check
-    laid out otherwise (Video-LLaVA's for its videos too, Chameleon's on its vocabulary mapping's image token): its Python comparison of the placeholder count stops the export; with the row the
-    catalogue's model matches eager at other image batches."""
+    """Aria and Florence-2 share Llava's 4.x get_placeholder_mask, DeepSeek-VL, Janus and LFM2-VL the same check laid
+    out otherwise (Video-LLaVA's for its videos too, Chameleon's on its vocabulary mapping's image token): its Python
+    comparison of the placeholder count stops the export; with the row the catalogue's model matches eager at other
+    image batches."""
     proving.prove(catalogue_case(name, f"transformers.vision.{name}_placeholder_mask", DATA_DEPENDENT), make_agent)
 
 
@@ -421,10 +422,10 @@ LFM2_VL_ROWS = (
 
 @pytest.mark.parametrize("row", LFM2_VL_ROWS)
 def test_lfm2_vl_fails_without_each_row_and_matches_eager_with_them(make_agent, row):
-    """LFM2-VL loops over its images twice (SigLIP 2's position resampling, its own block folding): without
-    either row the image count is fixed (the export says so, or, without the folding row, the program refuses
-    other batches: 'Guard failed'; 4.x's resampling reads its sizes as data); with both, other batches match eager, and so do images with other grids
-    inside the padded patch batch (2 x 4, 4 x 2, 2 x 2 of the traced 4 x 4)."""
+    """LFM2-VL loops over its images twice (SigLIP 2's position resampling, its own block folding): without either row
+    the image count is fixed (the export says so, or, without the folding row, the program refuses other batches:
+    'Guard failed'; 4.x's resampling reads its sizes as data); with both, other batches match eager, and so do images
+    with other grids inside the padded patch batch (2 x 4, 4 x 2, 2 x 2 of the traced 4 x 4)."""
     case = dataclasses.replace(catalogue_case("lfm2_vl", row, "Constraints violated|Guard failed|" + DATA_DEPENDENT),
                                fails_at_run=True)
 
