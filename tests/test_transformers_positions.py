@@ -8,7 +8,8 @@ padding included, and matches eager (logits and every cache tensor); ONNX throug
 Reformer's axial positions picked per sample in a loop, 5.x CTRL's table assigned back to its buffer (strict), and
 Funnel's relative positions listed and pooled in Python, its pooled scores and upsampled tokens lined up through
 views that guard on the traced length (each row's replacement also equal to upstream's function, eager, at every
-length and layout)."""
+length and layout); 4.x GPTSAN-japanese's positions added per sample in a loop over the batch, beside its router's
+recast of its classifier in every forward (weight_writes)."""
 
 
 import pytest
@@ -223,3 +224,47 @@ def test_funnel_replacements_equal_upstream_at_every_length(layout, blocks):
                               ("upsample", pooled.funnel_upsample)):
         for args, kwargs in calls[name]:
             assert torch.equal(replacement(*args, **kwargs), upstream[name](*args, **kwargs)), name
+
+
+GPTSAN_ROWS = {
+    # row: its export error without it (the other row on)
+    "transformers.weights.gptsan_router_cast": "Couldn't swap Linear.weight",
+    "transformers.positions.gptsan_batch_loop": "specialized it to be a constant",
+}
+
+
+@requires("transformers<5")
+@pytest.mark.parametrize("row", sorted(GPTSAN_ROWS))
+def test_gptsan_forward_fails_without_each_row_and_matches_eager_with_them(make_agent, row):
+    """4.x GPTSAN-japanese (the tiny catalogue's, its Switch-style sparse layers and prefix-LM mask the config's):
+    its router recasts its classifier in every forward and its positions are added per sample in a loop over the
+    batch. Without either row the export stops; with both, left-padded batches of other sizes and lengths match
+    eager, every output leaf (the padding moves each sample's positions: the gather must follow the mask)."""
+    def build_case():
+        arch = tiny.architecture("gptsan-japanese", "seq2seq")
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, "forward", k, padded=True) for k in range(3))
+        assert not bool(third["attention_mask"].all())  # the padded path
+        return model, traced, other, [other, third]
+
+    proving.prove(Proof("gptsan-japanese/forward", build_case, rows=(row,), beside=("all",),
+                        fails_with=GPTSAN_ROWS[row]), make_agent)
+
+
+@requires("transformers<5")
+def test_gptsan_router_cast_still_casts_a_classifier_of_another_dtype():
+    """The row skips only a cast that changes no dtype: a float64 classifier is still cast to the router's
+    float32, and a float32 one is left as the same module."""
+    from transformers.models.deprecated.gptsan_japanese import modeling_gptsan_japanese as gptsan
+
+    from autopatch.areas.weight_writes.casts import router_cast_when_needed
+
+    config = tiny.tiny_config("gptsan-japanese")
+    router = gptsan.GPTSanJapaneseTop1Router(config)
+    classifier = router.classifier
+    router_cast_when_needed(gptsan.GPTSanJapaneseTop1Router._cast_classifier, router)
+    assert router.classifier is classifier and classifier.weight.dtype == torch.float32
+
+    router.classifier = classifier.to(torch.float64)
+    router_cast_when_needed(gptsan.GPTSanJapaneseTop1Router._cast_classifier, router)
+    assert router.classifier.weight.dtype == torch.float32

@@ -40,6 +40,20 @@ def reformer_axial_gather(forward):
     })
 
 
+def gptsan_positions_gathered(forward):
+    """``GPTSanJapaneseModel.forward``: ``for i in range(num_batch): hidden_states[i] += torch.gather(weight, 0,
+    gather_position[i])`` is one gather along the positions of the table expanded over the batch: per element the
+    same row read and the same single addition, the batch kept symbolic."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(forward, {
+        "for i in range(num_batch):\n"
+        "    hidden_states[i] += torch.gather(self.position_embeddings.weight, dim=0, index=gather_position[i])":
+        "hidden_states += torch.gather(self.position_embeddings.weight.expand(num_batch, -1, -1), dim=1, "
+        "index=gather_position)",
+    })
+
+
 @calls_original
 def reformer_chunk_length_int(original, config):
     """Reformer's ``_get_least_common_mult_chunk_len``: with both attention kinds it returns ``np.lcm(...)``, a

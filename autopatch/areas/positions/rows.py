@@ -1,6 +1,6 @@
 """The rows of this area. Models with learned position embeddings (OPT, 4.x BioGPT) count each token's position from
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
-``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch (and pads to a chunk
+``position_ids[:, past:]``; Reformer and GPTSAN-japanese pick each sample's positions in a loop over the batch (and pads to a chunk
 length computed by numpy, which strict export cannot follow); 5.x CTRL assigns
 its cast sinusoidal table back to its buffer in forward; Funnel lists its positions to size its relative
 distances, and lines up its pooled scores and tokens through views that guard on the traced length.
@@ -54,6 +54,20 @@ ROWS = (
         reason="Reformer's axial position embeddings (inference) pick each sample's positions in a Python loop over "
         "the batch (`index_select` per sample, `torch.cat`): the program takes only the traced batch. Rewritten "
         "from the source: one torch.gather along the positions, the same rows.",
+    ),
+    PatchSpec(
+        id="transformers.positions.gptsan_batch_loop",
+        family="transformers",
+        trigger="transformers.models.deprecated.gptsan_japanese.modeling_gptsan_japanese",
+        target="GPTSanJapaneseModel.forward",
+        mode="rewrite",
+        replacement="autopatch.areas.positions.learned:gptsan_positions_gathered",
+        requires=("transformers<5",),  # the model is gone in 5.0
+        fingerprints=("945b6211abdd",),  # 4.57.6
+        reason="GPTSAN-japanese adds each sample's position embeddings in a Python loop over the batch "
+        "(`hidden_states[i] += gather(...)`): the export specialized the batch to the traced one ('You marked "
+        "input_ids.size()[0] as dynamic but your code specialized it to be a constant (2)'). Rewritten from the "
+        "source: one gather over the batch, the same rows and additions.",
     ),
     PatchSpec(
         id="transformers.positions.reformer_chunk_int",
@@ -140,6 +154,11 @@ SUMMARIES = (
         ('transformers.positions.reformer_axial',),
         "Reformer's axial position embeddings picked each sample's positions in a Python loop over the batch, "
         "fixing it: one `torch.gather` of the same rows.",
+    ),
+    (
+        ('transformers.positions.gptsan_batch_loop',),
+        "GPTSAN-japanese added each sample's position embeddings in a Python loop over the batch, which fixed "
+        "the batch: one `torch.gather` over the batch, the same rows and additions.",
     ),
     (
         ('transformers.positions.reformer_chunk_int',),

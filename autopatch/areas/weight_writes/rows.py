@@ -1,6 +1,8 @@
 """The rows of this area. Models that write their own weights while they run: 4.x Gemma 3n's AltUp clamps its
 correction weight in place (``weight.data.clamp_``) on every call, in eval mode too. Under export the parameter is
 a traced value and ``.data`` a tensor the tracer cannot follow: the program would hold a fake tensor as a constant.
+GPTSAN-japanese's router casts its classifier module to the router's dtype on every call, a parameter swap under
+export even when the dtype is already the router's.
 """
 
 from __future__ import annotations
@@ -25,6 +27,21 @@ ROWS = (
         "(`F.linear(modalities, weight.clamp(-clip, clip))`), the values eager computes with its clamped "
         "weight; the model's own parameter is left as it is.",
     ),
+    PatchSpec(
+        id="transformers.weights.gptsan_router_cast",
+        family="transformers",
+        trigger="transformers.models.deprecated.gptsan_japanese.modeling_gptsan_japanese",
+        target="GPTSanJapaneseTop1Router._cast_classifier",
+        mode="route",
+        replacement="autopatch.areas.weight_writes.casts:router_cast_when_needed",
+        requires=("transformers<5",),  # the model is gone in 5.0
+        fingerprints=("14faa3f8684c",),  # 4.57.6
+        reason="GPTSAN-japanese's router runs `self.classifier = self.classifier.to(self.dtype)` on every call. "
+        "Under export the parameters are fake tensors, which Module._apply swaps even for a same-dtype cast: the "
+        "export stopped on \"_apply(): Couldn't swap Linear.weight\" (the traced weight has a weak reference). "
+        "The cast is skipped when every classifier parameter already has the router's dtype (it changes no "
+        "value then); another dtype still takes the original cast.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -35,5 +52,11 @@ SUMMARIES = (
         "4.x Gemma 3n clamps a weight in place in every forward (`weight.data.clamp_`): its prefill and decode "
         "stopped on a fake tensor among the program's constants. The weight is clamped where it is read: "
         "eager's values, the parameter left as it is.",
+    ),
+    (
+        ("transformers.weights.gptsan_router_cast",),
+        "GPTSAN-japanese's router casts its classifier module to the router's dtype in every forward: under export "
+        "a same-dtype cast still swaps the traced parameters and the export stopped (\"Couldn't swap "
+        "Linear.weight\"). The cast is skipped when it changes no dtype.",
     ),
 )
