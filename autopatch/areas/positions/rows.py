@@ -1,9 +1,9 @@
 """The rows of this area. Models with learned position embeddings (OPT, 4.x BioGPT) count each token's position from
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
-``position_ids[:, past:]``; Reformer and GPTSAN-japanese pick each sample's positions in a loop over the batch (and pads to a chunk
-length computed by numpy, which strict export cannot follow); 5.x CTRL assigns
-its cast sinusoidal table back to its buffer in forward; Funnel lists its positions to size its relative
-distances, and lines up its pooled scores and tokens through views that guard on the traced length.
+``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch (and pads to a chunk
+length computed by numpy, which strict export cannot follow), 4.x GPTSAN-japanese adds each sample's positions in
+such a loop; 5.x CTRL assigns its cast sinusoidal table back to its buffer in forward; Funnel lists its positions to
+size its relative distances, and lines up its pooled scores and tokens through views that guard on the traced length.
 """
 
 from __future__ import annotations
