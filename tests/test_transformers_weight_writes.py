@@ -1,4 +1,5 @@
-"""transformers.weights.gemma3n_altup_clamp: 4.x Gemma 3n clamps its AltUp correction weight in place on every call.
+"""transformers.weights.*: 4.x Gemma 3n clamps its AltUp correction weight in place on every call (and 4.x Mega caches
+its EMA kernel on the module, last test).
 
 Without the row the prefill and the decode step of the tiny catalogue's Gemma 3n text model stop (a fake tensor among
 the program's constants); with it they export and match eager, every output leaf and the cache, at other batches and
@@ -70,3 +71,22 @@ def test_the_rewrite_equals_the_original_and_writes_no_weight():
     assert untouched.abs().max() > clip  # the clamp mattered: without it the coefficients differ
     assert not torch.equal(unclamped, torch.nn.functional.linear(altup.compute_router_modalities(activated),
                                                                  untouched.clamp(-clip, clip)))
+
+
+def test_mega_prefill_traced_after_eager_fails_without_the_row_and_matches_eager_with_it(make_agent):
+    """4.x Mega (the tiny catalogue's; its EMA truncation and max positions the config's) keeps the longest EMA kernel
+    it computed in eval mode on the module. A user who runs the model before exporting it (here at the longest
+    length checked afterwards) gets, without the row, a program that refuses that length; with it the kernel is
+    computed for the traced length and other batches and lengths match eager."""
+    def build():
+        arch = tiny.architecture("mega", "causal")
+        model = tiny.build(arch)
+        traced, other, third = (tiny.inputs(model, arch, "prefill", k) for k in range(3))
+        with torch.no_grad():
+            model(**copy.deepcopy(third))  # eager first: the kernel cached at the longest length
+        ema = model.mega.layers[0].mega_layer.ema_gate
+        assert ema._kernel is not None and ema._kernel.size(-1) == third["input_ids"].shape[1]
+        return model, traced, other, [other, third]
+
+    proving.prove(Proof("mega/prefill", build, rows=("transformers.weights.mega_ema_kernel",),
+                        fails_with="Guard failed", beside=("all",), fails_at_run=True), make_agent)

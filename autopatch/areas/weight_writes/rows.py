@@ -2,7 +2,7 @@
 correction weight in place (``weight.data.clamp_``) on every call, in eval mode too. Under export the parameter is
 a traced value and ``.data`` a tensor the tracer cannot follow: the program would hold a fake tensor as a constant.
 GPTSAN-japanese's router casts its classifier module to the router's dtype on every call, a parameter swap under
-export even when the dtype is already the router's.
+export even when the dtype is already the router's. 4.x Mega keeps the longest EMA kernel it computed on the module.
 """
 
 from __future__ import annotations
@@ -42,6 +42,20 @@ ROWS = (
         "The cast is skipped when every classifier parameter already has the router's dtype (it changes no "
         "value then); another dtype still takes the original cast.",
     ),
+    PatchSpec(
+        id="transformers.weights.mega_ema_kernel",
+        family="transformers",
+        trigger="transformers.models.deprecated.mega.modeling_mega",
+        target="MegaMultiDimensionDampedEma.get_ema_kernel",
+        mode="route",
+        replacement="autopatch.areas.weight_writes.kernels:mega_ema_kernel_uncached",
+        requires=("transformers<5",),  # the model is gone in 5.0
+        fingerprints=("24ec4bb10b1f",),  # 4.57.6
+        reason="Mega's EMA keeps the longest kernel it computed in eval mode on the module and slices it: traced "
+        "after an eager run, the program guarded the length on the eager one ('Guard failed: "
+        "attention_mask.size()[1] != 9' at that length, longer ones refused) and a traced kernel could be left on "
+        "the module. The kernel is computed afresh for the traced length, as in training mode.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -58,5 +72,10 @@ SUMMARIES = (
         "GPTSAN-japanese's router casts its classifier module to the router's dtype in every forward: under export "
         "a same-dtype cast still swaps the traced parameters and the export stopped (\"Couldn't swap "
         "Linear.weight\"). The cast is skipped when it changes no dtype.",
+    ),
+    (
+        ("transformers.weights.mega_ema_kernel",),
+        "4.x Mega keeps the longest EMA kernel it computed on the module: a program traced after an eager run "
+        "guarded the length on eager's. The kernel is computed afresh for the traced length.",
     ),
 )
