@@ -1091,8 +1091,26 @@ def _encoder_inputs(model, k: int) -> dict:
         found["token_type_ids"] = torch.zeros_like(ids)
         kinds = getattr(model.config, "type_vocab_sizes", None)
         if isinstance(kinds, (list, tuple)):  # TAPAS: one token type per table feature (row, column, rank...)
-            found["token_type_ids"] = torch.zeros(batch, seq, len(kinds), dtype=torch.long)
+            found["token_type_ids"] = _table_token_types(mask, kinds, k)
     return _scrub(found, model.config)
+
+
+def _table_token_types(mask, kinds, k: int):
+    """TAPAS's token types for a question followed by a flattened table, as its tokenizer lays them out: segment
+    (0 question, 1 table), column and row (0 outside the table, the header is row 0), then labels, ranks and
+    numeric relations (left at 0). Each sample has its own column count and cell width, so its cells (which
+    position ids restart in, ``reset_position_index_per_cell``) differ from the other samples'; padding is 0."""
+    import torch
+
+    batch, seq = mask.shape
+    types = torch.zeros(batch, seq, len(kinds), dtype=torch.long)
+    question = 2
+    for row in range(batch):
+        columns, width = 2 + (row + k) % 2, 1 + row % 2
+        for position in range(question, int(mask[row].sum())):
+            cell = (position - question) // width
+            types[row, position, :3] = torch.tensor([1, 1 + cell % columns, cell // columns])
+    return types.clamp(max=torch.tensor(kinds) - 1)
 
 
 # --- speech -----------------------------------------------------------------------------------------------------
