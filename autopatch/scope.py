@@ -105,11 +105,22 @@ def note(message: str) -> None:
 note._dynamo_marked_constant = True
 
 
+def _given_original(replacement, original):
+    """``replacement`` with ``original`` as its first argument. A closure, not ``functools.partial``: under
+    ``strict=True`` Dynamo reaches a router it has no source for when a routed ``__init__`` runs for a class it
+    instantiates, and it cannot wrap a partial met that way ("Unexpected type in sourceless builder")."""
+
+    def with_original(*args, **kwargs):
+        return replacement(original, *args, **kwargs)
+
+    return with_original
+
+
 def make_router(original, replacement, record):
     """A stand-in for ``original`` that calls ``replacement`` only inside this thread's export."""
     patch_id = record.spec.id
     if getattr(replacement, "__autopatch_calls_original__", False):
-        replacement = functools.partial(replacement, original)
+        replacement = _given_original(replacement, original)
     # Nodes the replacement produces carry node.meta["custom"]["autopatch:<id>"], so that a graph tells which
     # patch made which node (torch keeps only the innermost user frame in stack traces: not enough).
     annotate = _annotator({ANNOTATION + patch_id: True})

@@ -9,7 +9,8 @@ Reformer's axial positions picked per sample in a loop, 5.x CTRL's table assigne
 Funnel's relative positions listed and pooled in Python, its pooled scores and upsampled tokens lined up through
 views that guard on the traced length (each row's replacement also equal to upstream's function, eager, at every
 length and layout); 4.x GPTSAN-japanese's positions added per sample in a loop over the batch, beside its router's
-recast of its classifier in every forward (weight_writes)."""
+recast of its classifier in every forward (weight_writes); 4.x TAPAS's positions restarted in every table cell by
+a segment reduction whose count 4.x keeps in a tensor."""
 
 
 import pytest
@@ -268,3 +269,64 @@ def test_gptsan_router_cast_still_casts_a_classifier_of_another_dtype():
     router.classifier = classifier.to(torch.float64)
     router_cast_when_needed(gptsan.GPTSanJapaneseTop1Router._cast_classifier, router)
     assert router.classifier.weight.dtype == torch.float32
+
+
+TAPAS_ROWS = {
+    # row: its export error without it (the other row on)
+    "transformers.positions.tapas_counts_int": "data-dependent expression",
+    "transformers.positions.tapas_segment_reduce": "'int' object has no attribute 'device'",
+}
+
+
+def _tapas_table():
+    """The tiny catalogue's 4.x TAPAS masked LM (the config's reset_position_index_per_cell and type vocabularies)
+    on a question followed by a table, each sample with its own columns and cell widths, right-padded."""
+    arch = tiny.architecture("tapas", "encoder")
+    model = tiny.build(arch)
+    assert model.config.reset_position_index_per_cell  # the path under test is the config's own
+    traced, other, third = (tiny.inputs(model, arch, "forward", k, padded=True) for k in range(3))
+    for inputs in (traced, other, third):  # several cells per sample: the positions restart
+        assert int(inputs["token_type_ids"][:, :, 1].amax()) >= 2
+    assert not bool(third["attention_mask"].all())  # the padded path
+    return model, traced, other, [other, third]
+
+
+@requires("transformers<5")
+@pytest.mark.parametrize("row", sorted(TAPAS_ROWS))
+def test_tapas_cell_positions_fail_without_each_row_and_match_eager_with_them(make_agent, row):
+    """4.x TAPAS's position ids restart in every table cell, taken with a segment minimum whose count 4.x keeps in
+    a tensor. Without either row the export stops; with both, batches of other sizes, lengths and tables match
+    eager, every leaf."""
+    proving.prove(Proof("tapas/forward", _tapas_table, rows=(row,), beside=("all",), fails_with=TAPAS_ROWS[row]),
+                  make_agent)
+
+
+@requires("transformers<5")
+def test_tapas_strict_export_runs_the_routed_constructor(make_agent):
+    """strict=True: Dynamo calls the routed ``IndexMap.__init__`` while it builds the index objects, through a
+    router it has no source for; the router hands the replacement its original by a closure Dynamo can follow (a
+    functools.partial stopped it: "Unexpected type in sourceless builder"). The program matches eager."""
+    proving.exports_with(Proof("tapas/forward strict", _tapas_table, rows=tuple(TAPAS_ROWS), beside=("all",),
+                               fails_with="", strict=True), make_agent)
+
+
+@requires("transformers<5")
+@pytest.mark.parametrize("reduction", ["sum", "mean", "amax", "amin"])
+def test_tapas_segment_reduce_counted_equals_the_original(reduction):
+    """Eager, the routed reduction with int counts returns what the original returns with its tensor counts: the
+    same values per (batch, segment), empty segments included, and the same output index."""
+    from transformers.models.tapas import modeling_tapas as tapas
+
+    from autopatch.areas.positions.cells import segment_reduce_counted
+
+    g = torch.Generator().manual_seed(0)
+    rows, columns = torch.randint(0, 4, (3, 11), generator=g), torch.randint(0, 5, (3, 11), generator=g)
+    values = torch.randn(3, 11, generator=g)
+    cells = tapas.ProductIndexMap(tapas.IndexMap(rows, 4, batch_dims=1), tapas.IndexMap(columns, 5, batch_dims=1))
+    expected, expected_index = tapas._segment_reduce(values, cells, reduction, "test")
+
+    counted = tapas.IndexMap(cells.indices, 20, batch_dims=1)
+    got, got_index = segment_reduce_counted(tapas._segment_reduce, values, counted, reduction, "test")
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert torch.equal(got_index.indices, expected_index.indices) and got_index.batch_dims == expected_index.batch_dims
+    assert got_index.num_segments == int(expected_index.num_segments) == 20

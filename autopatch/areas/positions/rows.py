@@ -2,7 +2,8 @@
 the attention mask (``cumsum``, so that left padding does not shift them) and keep the new tokens' with
 ``position_ids[:, past:]``; Reformer picks each sample's axial positions in a loop over the batch (and pads to a chunk
 length computed by numpy, which strict export cannot follow), 4.x GPTSAN-japanese adds each sample's positions in
-such a loop; 5.x CTRL assigns its cast sinusoidal table back to its buffer in forward; Funnel lists its positions to
+such a loop; 4.x TAPAS restarts them in every table cell through segment reductions sized by counts kept in
+tensors; 5.x CTRL assigns its cast sinusoidal table back to its buffer in forward; Funnel lists its positions to
 size its relative distances, and lines up its pooled scores and tokens through views that guard on the traced length.
 """
 
@@ -16,6 +17,15 @@ REASON = (
     "torch knows only as 'mask length - past', not as the number of new tokens, and its contiguity checks "
     "guard on that difference's traced value. Rewritten from the source to keep the last positions, as many as "
     "there are new tokens: the same ones, since the attention mask covers the past and the new tokens."
+)
+
+TAPAS_REASON = (
+    "4.x TAPAS restarts its positions in every table cell (reset_position_index_per_cell, the default): the cells "
+    "come from an IndexMap whose segment count 4.x wraps in a tensor and its segment reduction reads back "
+    "(int(num_segments), .tolist()) to size the reduced tensor: the export stopped on a data-dependent value "
+    "('Could not extract specialized integer from data-dependent expression u1'). The count (a config value times "
+    "the batch) is kept as an int, and the reduction sizes the same scatter_reduce, flattened the same way, with "
+    "it. Both rows or neither: the kept int is what the routed reduction reads."
 )
 
 ROWS = (
@@ -68,6 +78,30 @@ ROWS = (
         "(`hidden_states[i] += gather(...)`): the export specialized the batch to the traced one ('You marked "
         "input_ids.size()[0] as dynamic but your code specialized it to be a constant (2)'). Rewritten from the "
         "source: one gather over the batch, the same rows and additions.",
+    ),
+    PatchSpec(
+        id="transformers.positions.tapas_counts_int",
+        family="transformers",
+        trigger="transformers.models.tapas.modeling_tapas",
+        target="IndexMap.__init__",
+        mode="route",
+        replacement="autopatch.areas.positions.cells:index_map_count_kept",
+        requires=("transformers<5",),  # 5.0 keeps the counts as ints itself
+        fingerprints=("e6f992a36951",),  # 4.57.6
+        needs=("transformers.positions.tapas_segment_reduce",),
+        reason=TAPAS_REASON,
+    ),
+    PatchSpec(
+        id="transformers.positions.tapas_segment_reduce",
+        family="transformers",
+        trigger="transformers.models.tapas.modeling_tapas",
+        target="_segment_reduce",  # looked up in the module by reduce_min, reduce_mean...
+        mode="route",
+        replacement="autopatch.areas.positions.cells:segment_reduce_counted",
+        requires=("transformers<5",),
+        fingerprints=("709685d086a6",),  # 4.57.6
+        needs=("transformers.positions.tapas_counts_int",),
+        reason=TAPAS_REASON,
     ),
     PatchSpec(
         id="transformers.positions.reformer_chunk_int",
@@ -159,6 +193,12 @@ SUMMARIES = (
         ('transformers.positions.gptsan_batch_loop',),
         "GPTSAN-japanese added each sample's position embeddings in a Python loop over the batch, which fixed "
         "the batch: one `torch.gather` over the batch, the same rows and additions.",
+    ),
+    (
+        ('transformers.positions.tapas_counts_int', 'transformers.positions.tapas_segment_reduce'),
+        "4.x TAPAS restarts its positions in every table cell through a segment reduction whose segment count "
+        "4.x keeps in a tensor and reads back to size its result: a data-dependent value the export stopped on. "
+        "The count (a config value times the batch) is kept as an int; the same reduction, sized with it.",
     ),
     (
         ('transformers.positions.reformer_chunk_int',),
