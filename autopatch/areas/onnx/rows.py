@@ -99,6 +99,19 @@ ROWS = (
         "decomposes as other + (-self), self cast first: the same value bit for bit.",
     ),
     PatchSpec(
+        id="torch.onnx.constant_number_outputs",
+        family="torch",
+        trigger="torch.onnx._internal.exporter._core",
+        target="_handle_output_node",  # looked up in the module by _translate_fx_graph
+        mode="route",
+        replacement="autopatch.areas.onnx.constant_outputs:returned_nodes_only",
+        requires=TORCH_ONNX,
+        reason="A model that returns plain numbers beside its tensors (4.x Switch Transformers' router losses, "
+        "the int 0 without labels) exports them as constants of the program; torch.onnx.export leaves None out "
+        "of the ONNX outputs but stopped on a number (\"'int' object has no attribute 'name'\"). While the thread "
+        "exports, numbers are left out the same way (a note names them); the program's output spec keeps them.",
+    ),
+    PatchSpec(
         id="torch.onnx.dropped_check_conditions",
         family="torch",
         trigger="torch.onnx._internal.exporter._fx_passes",
@@ -157,6 +170,12 @@ ROWS = (
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
 #: (ids or globs, what and why). Every row is named by exactly one line.
 SUMMARIES = (
+    (
+        ('torch.onnx.constant_number_outputs',),
+        "`torch.onnx.export(dynamo=True)` of a model that returns plain numbers beside its tensors (4.x Switch "
+        "Transformers' router losses, 0 without labels) stopped on them: they are left out of the ONNX outputs "
+        "as torch leaves out `None` (a note names them); the exported program's output spec keeps them.",
+    ),
     (
         ('torch.onnx.output_names_from_paths',),
         '`torch.onnx.export(dynamo=True)` names inputs by their paths but outputs by the FX node that '
