@@ -25,6 +25,7 @@ import concurrent.futures
 import datetime
 import fnmatch
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,9 @@ def main(argv=None) -> None:
     parser.add_argument("--out", help="results JSON (default: benchmarks/results/sweep-<transformers>.json)")
     parser.add_argument("--no-docs", action="store_true", help="do not regenerate docs/coverage.md")
     args = parser.parse_args(argv)
+    # The children run in a directory of their own: a relative interpreter path would not be found there.
+    if os.sep in args.python:
+        args.python = os.path.abspath(args.python)
     run(args)
     if not args.no_docs and not args.only:
         import report
