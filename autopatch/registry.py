@@ -16,6 +16,7 @@ from .areas.pytree import rows as pytree
 from .areas.exporters import rows as exporters
 from .areas.sliding_windows import rows as sliding_windows
 from .areas.torch_shapes import rows as torch_shapes
+from .areas.distributions import rows as distributions
 from .areas.rope import rows as rope
 from .areas.state_space import rows as state_space
 from .areas.generation import rows as generation
@@ -71,8 +72,8 @@ EXPORT_ENTRY_POINTS = (
 )
 
 #: The areas, in the order their rows are installed and listed.
-AREAS = (pytree, exporters, sliding_windows, torch_shapes, rope, state_space, generation, positions, text_masks, moe,
-         onnx, output_capturing, vision, packed_vision, weight_writes, fp16_clamp)
+AREAS = (pytree, exporters, sliding_windows, torch_shapes, distributions, rope, state_space, generation, positions,
+         text_masks, moe, onnx, output_capturing, vision, packed_vision, weight_writes, fp16_clamp)
 
 PATCHES = tuple(row for area in AREAS for row in area.ROWS)
 

@@ -61,6 +61,17 @@ def not_(value):
     return _torch().logical_not(value) if is_tensor(value) else not value
 
 
+def all_true_at_run(valid, why: str) -> bool:
+    """``torch._is_all_true(valid)`` as ``if`` reads it. A traced tensor's value cannot be read: the program checks
+    it when it runs instead (``torch._check_tensor_all``, which raises there with ``why`` where eager raises here)
+    and the traced code goes on as the check passing would."""
+    torch = _torch()
+    if not is_traced_tensor(valid):
+        return bool(torch._is_all_true(valid)) if is_tensor(valid) else bool(valid)
+    torch._check_tensor_all(valid, lambda: why)
+    return True
+
+
 def assume(condition, why: str):
     """A condition the surrounding code already implies, traced as a runtime assertion instead of a branch:
     ``True`` under tracing, with the exported program checking ``condition`` on every call (it raises, naming
