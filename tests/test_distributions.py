@@ -1,8 +1,9 @@
 """torch.distributions.*_checked_at_run: a distribution built in forward validates its parameters, and each sample it
 scores, by reading a check into an ``if`` (``validate_args``, torch's default): under export a data-dependent value,
 and the export stopped. Both halves on a module that builds a Categorical and a Bernoulli from its inputs and scores
-samples with them, then 4.x TAPAS's question-answering head, where it was found; the checks still made by the
-program (it raises on NaN logits and on a sample outside the support) and by eager outside an export."""
+samples with them, then 4.x TAPAS's question-answering head, where it was found (BLT's patcher: its own tests); the
+checks still made by the program (it raises on NaN logits and on a sample outside the support) and by eager outside
+an export; under strict=True, which cannot trace them, the distributions built unvalidated and a note saying so."""
 
 import pytest
 import torch
@@ -67,6 +68,21 @@ def test_the_program_still_checks_parameters_and_samples_when_it_runs(make_agent
         with pytest.raises(RuntimeError, match="Runtime assertion failed"):
             program(**inputs)
     program(**valid)  # valid inputs run
+
+
+def test_strict_export_builds_the_distributions_unvalidated_and_says_so(make_agent):
+    """strict=True: Dynamo cannot trace torch's constraint code (its skip list: the export stopped on
+    ``is_dependent``). The distributions are built unvalidated, as ``validate_args=False`` builds them: the same
+    values on valid inputs, and the export's report says the checks are not in the program."""
+    import autopatch
+
+    make_agent(selection="all")
+    model, traced, _, runs = _scored()
+    program = proving.export(model, traced, shapes=_shapes(model), strict=True)
+    assert any("cannot be traced by Dynamo" in note for note in autopatch.last_export_report()["notes"])
+    for inputs in runs:
+        with torch.no_grad():
+            proving.assert_same_outputs(program.module()(**inputs), model(**inputs))
 
 
 def test_outside_an_export_eager_validates_as_before(make_agent):

@@ -234,8 +234,10 @@ def test_qwen4_exp_block_selection_is_the_originals_exactly():
         call(qwen4_exp_block_selection, torch.randn(2, 4, hidden), scattered, torch.randn(2, 5, indexer.index_head_dim))
 
 
-#: BLT's rows (4.57 and 5.x): the n-gram hash windows, the patcher's unchecked entropy, its sorted patch starts.
-BLT_HASH, BLT_ENTROPY, BLT_STARTS = ("transformers.masks.blt_hash_windows", "transformers.masks.blt_unchecked_entropy",
+#: BLT's rows (4.57 and 5.x): the n-gram hash windows, the patcher's entropy (its Categorical's argument check, made
+#: by the program: the distributions area's row), its sorted patch starts.
+BLT_HASH, BLT_ENTROPY, BLT_STARTS = ("transformers.masks.blt_hash_windows",
+                                     "torch.distributions.parameters_checked_at_run",
                                      "transformers.masks.blt_patch_starts")
 
 
@@ -271,11 +273,13 @@ def test_blt_prefill_fails_without_its_rows_and_matches_eager_with_them(make_age
 
 
 @requires("transformers>=4.57")
-@pytest.mark.parametrize("row, fails_with, at_run", [(BLT_HASH, CONSTANT, False), (BLT_STARTS, "Guard failed", True)],
-                         ids=["hash_windows", "patch_starts"])
-def test_blt_each_later_row_is_needed(make_agent, row, fails_with, at_run):
+@pytest.mark.parametrize("row, fails_with, at_run", [(BLT_HASH, CONSTANT, False), (BLT_STARTS, "Guard failed", True),
+                                                    (BLT_ENTROPY, DATA_DEPENDENT, False)],
+                         ids=["hash_windows", "patch_starts", "entropy_check"])
+def test_blt_each_row_is_needed(make_agent, row, fails_with, at_run):
     """The other rows on, one left out: without the hash windows the export fixes the length; without the sorted
-    starts the program refuses the two-byte prompt (its guard: length >= 3)."""
+    starts the program refuses the two-byte prompt (its guard: length >= 3); without the distributions' row the
+    Categorical's argument check stops the export."""
     proving.fails_without(blt_case((row,), fails_with, fails_at_run=at_run), make_agent)
 
 
@@ -338,8 +342,8 @@ def test_blt_hashes_reach_onnxruntime_exactly(make_agent):
 @requires("transformers>=4.57")
 def test_blt_replacements_are_upstreams_exactly():
     """In eager code, bit for bit: the hashes over every n-gram size 1..8, lengths 1..13 and three of the primes;
-    the rewritten patcher forward (unchecked entropy) and patch starts against the originals over random entropies
-    and thresholds, lengths 1 to 12 (the starts: the same lengths, the same number of patches)."""
+    the patch starts against the originals over random entropies and thresholds, lengths 1 to 12 (the same lengths,
+    the same number of patches)."""
     from transformers.models.blt import modeling_blt
 
     from autopatch.areas.text_masks import byte_patches
@@ -359,15 +363,6 @@ def test_blt_replacements_are_upstreams_exactly():
         for threshold in (-1.0, 0.5, 1.5, 2.5, 4.0):
             assert torch.equal(sorted_starts(entropies, length, 4, threshold),
                                original(entropies, length, 4, threshold)), (length, threshold)
-
-    model = tiny.build(tiny.architecture("blt", "causal"))
-    patcher = model.model.patcher
-    unchecked = byte_patches.blt_unchecked_entropy(modeling_blt.BltPatcher.forward)
-    ids = torch.randint(3, model.config.vocab_size, (3, 9), generator=generator)
-    with torch.no_grad():
-        for got, expected in zip(unchecked(patcher, ids, patch_size=4, threshold=4.3), patcher(ids, patch_size=4,
-                                                                                                threshold=4.3)):
-            assert torch.equal(got, expected)
 
 
 @requires("transformers>=4.57")

@@ -72,6 +72,25 @@ def all_true_at_run(valid, why: str) -> bool:
     return True
 
 
+def validating(distribution) -> bool:
+    """A torch.distributions object's ``_validate_args``, as its ``if`` reads it. Under ``strict=True`` Dynamo
+    cannot trace the checks (torch.distributions' constraint code is on its skip list: the export stopped on
+    ``is_dependent``): the object is then left unvalidated, as ``validate_args=False`` leaves it, and a note says so
+    (the same values for valid arguments; invalid ones are no longer refused)."""
+    if not distribution._validate_args:
+        return False
+    compiler = _torch().compiler
+    # is_dynamo_compiling: is_compiling is also true in a non-strict export, which makes the checks at run time
+    if not getattr(compiler, "is_dynamo_compiling", compiler.is_compiling)():
+        return True
+    distribution._validate_args = False
+    from ..scope import note
+
+    note("strict export: torch.distributions' argument checks cannot be traced by Dynamo; the program does not "
+         "make them (non-strict export keeps them as run-time checks)")
+    return False
+
+
 def assume(condition, why: str):
     """A condition the surrounding code already implies, traced as a runtime assertion instead of a branch:
     ``True`` under tracing, with the exported program checking ``condition`` on every call (it raises, naming

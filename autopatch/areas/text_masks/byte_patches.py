@@ -1,25 +1,13 @@
 """BLT (Byte Latent Transformer) embeds each byte with hashes of the n-grams ending at it, and groups its bytes into
 patches by its small patcher's entropies. The hashes read overlapping ``unfold`` windows, whose tied strides make
-the export compare the length with n (fixing it); the entropies come from a ``torch.distributions.Categorical``
-that validates its logits with a Python ``if`` on the data. The number of patches itself is read from the data;
-the export keeps it as a symbol of its own (unbacked) and the rest of the model follows it without guards."""
+the export compare the length with n (fixing it). The entropies come from a ``torch.distributions.Categorical``
+that validates its logits with a Python ``if`` on the data (``areas/distributions`` has the program check them).
+The number of patches itself is read from the data; the export keeps it as a symbol of its own (unbacked) and the
+rest of the model follows it without guards."""
 
 from __future__ import annotations
 
 import torch
-
-
-def blt_unchecked_entropy(forward):
-    """BltPatcher.forward: ``Categorical(logits=logits)`` checks that the logits are real numbers
-    (``if not torch._is_all_true(valid): raise``), a branch on the data (guard ``Eq(u0, 1)``). The same
-    distribution without the check (``validate_args=False``): its entropy is computed by the same code, so the
-    values are the same; logits holding NaN give NaN entropies instead of a ValueError."""
-    from ...kit import substitute_expressions
-
-    return substitute_expressions(forward, {
-        "torch.distributions.Categorical(logits=logits).entropy()":
-        "torch.distributions.Categorical(logits=logits, validate_args=False).entropy()",
-    })
 
 
 def _int64(value: int) -> int:

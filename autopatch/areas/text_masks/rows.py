@@ -2,8 +2,8 @@
 padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask's positions with ``range(seq)``,
 LongT5 (and 4.x Switch Transformers, Pegasus-X, BigBird-Pegasus) skips its default mask while compiling and then
 needs it, Qwen4-Exp's sparse-attention indexer selects each row's keys in a Python loop, BLT's patcher (whose patches
-make its cross-attention masks) checks its logits with an ``if`` and picks its patch starts from a view one shorter
-than the input, and its n-gram hashes read tied-stride windows.
+make its cross-attention masks) picks its patch starts from a view one shorter than the input, and its n-gram hashes
+read tied-stride windows (its entropies' Categorical is the distributions area's).
 """
 
 from __future__ import annotations
@@ -111,20 +111,6 @@ ROWS = (
         "completes and keeps the top ones and its tail; a mask of another structure is refused at run time.",
     ),
     PatchSpec(
-        id="transformers.masks.blt_unchecked_entropy",
-        family="transformers",
-        trigger="transformers.models.blt.modeling_blt",
-        target="BltPatcher.forward",
-        mode="rewrite",
-        replacement="autopatch.areas.text_masks.byte_patches:blt_unchecked_entropy",
-        requires=("transformers>=4.57",),
-        fingerprints=("5d3dd0e0a58a", "343b2d8cfb9a"),  # 4.57.6, 5.23.0
-        reason="BLT's patcher takes its byte entropies from torch.distributions.Categorical(logits=logits), whose "
-        "argument check is a Python `if` on the data (`if not torch._is_all_true(valid)`): the prefill stops "
-        "(guard Eq(u0, 1)). Rewritten from the source with validate_args=False: the same entropy code, the same "
-        "values (NaN logits give NaN entropies instead of a ValueError).",
-    ),
-    PatchSpec(
         id="transformers.masks.blt_hash_windows",
         family="transformers",
         trigger="transformers.models.blt.modeling_blt",
@@ -187,12 +173,11 @@ SUMMARIES = (
         "`if` on the block count: the same blocks chosen for every row at once.",
     ),
     (
-        ("transformers.masks.blt_hash_windows", "transformers.masks.blt_unchecked_entropy",
-         "transformers.masks.blt_patch_starts"),
-        "BLT's n-gram hashes read overlapping `unfold` windows (their tied strides fixed the length), its patcher "
-        "validated its logits with an `if` on the data and picked its patch starts from a view one shorter than the "
-        "input (refusing one- and two-token steps): the windows gathered by index, the entropies without the "
-        "check, the starts sorted at full length; the number of patches stays the data's. The same values, in "
-        "onnxruntime too (the hashes' int64 wrap-around summed by Add, not by a ReduceSum that rounds it).",
+        ("transformers.masks.blt_hash_windows", "transformers.masks.blt_patch_starts"),
+        "BLT's n-gram hashes read overlapping `unfold` windows (their tied strides fixed the length) and its "
+        "patcher picked its patch starts from a view one shorter than the input (refusing one- and two-token "
+        "steps): the windows gathered by index, the starts sorted at full length; the number of patches stays the "
+        "data's. The same values, in onnxruntime too (the hashes' int64 wrap-around summed by Add, not by a "
+        "ReduceSum that rounds it). Its entropies' Categorical: `torch.distributions.*`.",
     ),
 )
