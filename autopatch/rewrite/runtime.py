@@ -63,8 +63,9 @@ def not_(value):
 
 def all_true_at_run(valid, why: str) -> bool:
     """``torch._is_all_true(valid)`` as ``if`` reads it. A traced tensor's value cannot be read: the program checks
-    it when it runs instead (``torch._check_tensor_all``, which raises there with ``why`` where eager raises here)
-    and the traced code goes on as the check passing would."""
+    it when it runs instead (``torch._check_tensor_all``: a run-time assertion, which raises there where eager
+    raises here, with torch's message; ``why`` where torch can decide the check while tracing) and the traced code
+    goes on as the check passing would."""
     torch = _torch()
     if not is_traced_tensor(valid):
         return bool(torch._is_all_true(valid)) if is_tensor(valid) else bool(valid)
