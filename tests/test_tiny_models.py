@@ -296,3 +296,19 @@ def test_padded_vlm_prefill_shifts_every_token_input_and_runs_in_eager(model_typ
         assert torch.equal(padded["mm_token_type_ids"].bool(), padded["input_ids"] == model.config.image_token_id)
     with torch.no_grad():
         model(**padded)
+
+
+@requires("transformers<5")  # Mega is gone in 5.0
+def test_mega_decodes_as_its_docs_build_a_causal_lm():
+    """4.x Mega as a causal LM is built as its docs ask (bidirectional=False: the bidirectional EMA takes no
+    incremental state) and decodes one token at a time, its EMA's only incremental step: eager runs every decode
+    input set, batch 1 included."""
+    arch = tiny.architecture("mega", "causal")
+    model = tiny.build(arch)
+    assert model.config.bidirectional is False and model.config.is_decoder
+    for k in range(3):
+        inputs = tiny.inputs(model, arch, "decode", k)
+        assert inputs["input_ids"].shape[1] == 1
+        with torch.no_grad():
+            assert model(**inputs).logits.shape[:2] == inputs["input_ids"].shape
+    assert tiny.inputs(model, arch, "decode", 2)["input_ids"].shape[0] == 1

@@ -731,6 +731,9 @@ OVERRIDES: dict = {
     # Zamba shares one transformer block between its hybrid layers (the 5th and every 6th after it): tying its
     # weights needs two of them, so 11 layers, not the 5 that hold every kind of layer.
     "zamba": {"_depth": 11},
+    # 4.x Mega as a causal LM: its docs ask is_decoder=True and bidirectional=False (the default bidirectional EMA
+    # takes no incremental state, so eager itself cannot run a decode step)
+    "mega": {"bidirectional": False},
     # ESM's config names no padding or mask token (each checkpoint does; ESM-2's are 1 and 32) and the model
     # reads the padding id to build its mask
     "esm": {"pad_token_id": 1, "mask_token_id": 32},
@@ -1015,6 +1018,12 @@ def _mamba_mixers(model) -> bool:
                or (hasattr(module, "A_log") and hasattr(module, "conv1d")) for module in model.modules())
 
 
+def _ema_steps(model) -> bool:
+    """4.x Mega's moving-average layers: with a cache (unidirectional) they update their EMA state one token at a
+    time and refuse more ("Incremental decoding only supports self sequence length of 1")."""
+    return any(type(module).__name__.endswith("DampedEma") for module in model.modules())
+
+
 def _rows(config, batch: int) -> int:
     """Token rows for ``batch`` samples: MusicGen's decoder takes one row per codebook of each sample."""
     codebooks = getattr(config, "num_codebooks", None)
@@ -1029,7 +1038,7 @@ def _decoder_inputs(model, step: str, k: int, padded: bool) -> dict:
         pads = builders.left_pads(batch, seq, k) if padded else None
         return _scrub(builders.prefill_inputs(model, _Vocab(config), batch, seq, seed=k + 1, pads=pads), config)
     recurrent = _recurrent(model)
-    one_token = recurrent or _mamba_mixers(model)
+    one_token = recurrent or _mamba_mixers(model) or _ema_steps(model)
     sizes = builders.RECURRENT_DECODE if one_token else (builders.PADDED_DECODE if padded else builders.DECODE)
     batch, past, seq = sizes[k]
     batch = _rows(config, batch)
