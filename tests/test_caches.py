@@ -144,14 +144,14 @@ def test_state_space_decode_step_with_and_without_its_patch(make_agent, case):
     proving.prove(case, make_agent)
 
 
-def xlstm_case(strict=False):
+def xlstm_case(strict=False, row="pytree.model_cache.xlstm", sets=None):
     """The catalogue's xLSTM decode step (its own xLSTMCache: matrix memory, normalizer and stabilizer states per
     layer, a position counter, the model's config), traced at a batch of 2 with 3 new tokens, run at 3 (2 tokens)
     and 1 (one)."""
     from autopatch.dynamic_shapes import fit_to_signature
     from autopatch.models import tiny
 
-    sets = {}
+    sets = {} if sets is None else sets
 
     def build_case():
         arch = tiny.architecture("xlstm", "causal")
@@ -163,7 +163,7 @@ def xlstm_case(strict=False):
         return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
 
     # built once the agent is on: xLSTM binds its recurrent pass (transformers.xlstm.mlstm_scan) when built
-    return Proof("xlstm/decode" + "-strict" * strict, build_case, rows=("pytree.model_cache.xlstm",),
+    return Proof("xlstm/decode" + "-strict" * strict, build_case, rows=(row,),
                  fails_with="xLSTMCache", beside=("all",), built_after_agent=True, shapes=shapes, strict=strict)
 
 
@@ -173,6 +173,21 @@ def test_xlstm_decode_step_with_and_without_its_cache_row(make_agent, strict):
     """strict=True also needs the cache's config kept as structure Dynamo can hold (it stopped at "xLSTMConfig
     is not a constant"); its context holds the config's class and settings."""
     proving.prove(xlstm_case(strict), make_agent)
+
+
+@requires("transformers>=4.57,<5")  # the 4.x row's: its cache counts positions in a Python int
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_4x_xlstm_decode_step_with_and_without_its_cache_row(make_agent, strict):
+    """4.57's xLSTMCache counts positions in a Python int (seqlen_offset): without the row the decode step stops on
+    the cache; with it the counter travels as a one-element tensor, the program matches eager at other batches and
+    past lengths, and the cache it returns holds the int eager's holds (the count after the step)."""
+    sets = {}
+    program, _ = proving.prove(xlstm_case(strict, "pytree.model_cache.xlstm_4x", sets), make_agent)
+    for inputs in (sets[1], sets[2]):
+        with torch.no_grad():
+            got = program.module()(**copy.deepcopy(inputs)).cache_params.seqlen_offset
+        assert type(got) is int
+        assert got == inputs["cache_params"].seqlen_offset + inputs["input_ids"].shape[1]
 
 
 def test_a_config_in_a_cache_travels_as_its_class_and_settings():

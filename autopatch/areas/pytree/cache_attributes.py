@@ -25,6 +25,12 @@ import torch.utils._pytree as pytree
 
 #: Int attributes that hold the batch size: rebuilt from the tensors, never kept in the context.
 BATCH_ATTRS = ("max_batch_size", "batch_size")
+#: Int attributes that count positions, for the caches whose codec is made with them (4.x xLSTMCache's
+#: ``seqlen_offset``, which 5.23 keeps in a tensor itself): a per-call value, different at every step. In the
+#: context each step would be another structure, so another program; as a child (a one-element int64 tensor) it is
+#: an input. Restored as that tensor while tracing (the model adds the new tokens to it, traced; a cache rebuilt so
+#: flattens it in the same place) and as the int it was in eager.
+COUNTER_ATTRS = ("seqlen_offset",)
 
 
 def holds_tensor(value) -> bool:
@@ -115,32 +121,59 @@ class Attributes(typing.NamedTuple):
     #: attention layer's key_cache in a prefill): otherwise the program's output cache would flatten in another
     #: order than the eager one it stands for. Empty in contexts written before it existed.
     order: tuple = ()
+    #: Counters (COUNTER_ATTRS) kept as ints, children after the tensors'. Empty in contexts written before it.
+    counters: tuple = ()
 
 
-def split(obj, skip=frozenset()) -> Attributes:
-    return split_items((name, value) for name, value in vars(obj).items() if name not in skip)
+def split(obj, skip=frozenset(), counters=()) -> Attributes:
+    return split_items(((name, value) for name, value in vars(obj).items() if name not in skip), counters)
 
 
-def split_items(items) -> Attributes:
-    """``split`` of (name, value) pairs."""
-    tensors, static, batch, order = [], [], [], []
+def split_items(items, counter_names=()) -> Attributes:
+    """``split`` of (name, value) pairs; ``counter_names``: the attributes that are counters (COUNTER_ATTRS) when
+    they hold an int (eager) or a one-element tensor (the same counter, traced)."""
+    tensors, static, batch, order, counters = [], [], [], [], []
     for name, value in items:
         order.append(name)
-        if holds_tensor(value):
+        if name in counter_names and (_is_int(value) or isinstance(value, torch.Tensor) and value.numel() == 1):
+            counters.append(name)
+        elif holds_tensor(value):
             tensors.append(name)
-        elif name in BATCH_ATTRS and isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool):
+        elif name in BATCH_ATTRS and _is_int(value):
             # A SymInt when torch flattens a cache it rebuilt while tracing: the same batch size, traced.
             batch.append(name)
         else:
             static.append((name, freeze(value)))
-    return Attributes(tuple(tensors), tuple(static), tuple(batch), tuple(order))
+    return Attributes(tuple(tensors), tuple(static), tuple(batch), tuple(order), tuple(counters))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
+
+
+def counter_children(obj, attributes) -> list:
+    """The counters' children: each int as a one-element int64 tensor (a traced one as it is)."""
+    values = [getattr(obj, name) for name in Attributes(*attributes).counters]
+    return [value if isinstance(value, torch.Tensor) else torch.tensor([value], dtype=torch.int64)
+            for value in values]
+
+
+def _counter_value(child):
+    """A counter restored: the tensor while tracing (fake, or Dynamo compiling), the int it holds in eager."""
+    if torch.compiler.is_compiling() or torch._guards.detect_fake_mode(child) is not None:
+        return child
+    return int(child.reshape(-1)[0])
 
 
 def restore(obj, attributes, children) -> None:
-    """Sets the attributes ``split`` described on ``obj``: children (traced tensors), structure, batch sizes."""
+    """Sets the attributes ``split`` described on ``obj``: children (traced tensors, then the counters),
+    structure, batch sizes."""
     attributes = Attributes(*attributes)  # a plain tuple after a round trip through JSON
     values = {name: thaw(frozen) for name, frozen in attributes.static}
     values.update(zip(attributes.tensors, children))
+    counted = children[len(attributes.tensors):]
+    values.update((name, _counter_value(child)) for name, child in zip(attributes.counters, counted))
+    children = children[:len(attributes.tensors)]
     first = next((leaf for leaf in pytree.tree_leaves(list(children)) if isinstance(leaf, torch.Tensor)), None)
     # No tensor: placeholder leaves (see caches._fill_kv), no batch to read.
     values.update((name, first.shape[0] if first is not None else None) for name in attributes.batch)
@@ -148,19 +181,20 @@ def restore(obj, attributes, children) -> None:
         setattr(obj, name, values[name])
 
 
-def make_attribute_codec(cls, patch_id: str):
+def make_attribute_codec(cls, patch_id: str, counters=()):
     """flatten/unflatten for a cache that is a plain object of attributes (no ``layers``): children in attribute
-    order, keyed by attribute name."""
+    order, keyed by attribute name, then ``counters`` (COUNTER_ATTRS)."""
     from ... import kit
 
     def flatten(cache):
         kit.count_hit(patch_id)
-        attributes = split(cache)
-        return [getattr(cache, name) for name in attributes.tensors], attributes
+        attributes = split(cache, counters=counters)
+        return [getattr(cache, name) for name in attributes.tensors] + counter_children(cache, attributes), attributes
 
     def flatten_with_keys(cache):
         children, context = flatten(cache)
-        return [(pytree.GetAttrKey(name), child) for name, child in zip(context.tensors, children)], context
+        names = context.tensors + context.counters
+        return [(pytree.GetAttrKey(name), child) for name, child in zip(names, children)], context
 
     def unflatten(children, attributes):
         cache = cls.__new__(cls)  # its __init__ wants a config; every attribute comes from the flattened form

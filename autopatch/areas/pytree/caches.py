@@ -611,3 +611,10 @@ def register_attribute_cache(record, module, name, cache_cls):
     """transformers 4.x model-local caches (``MambaCache``): plain objects of tensor lists, flattened by
     attribute (cache_attributes). Hits count for the row that installs it."""
     return _register(cache_cls, cache_attributes.make_attribute_codec(cache_cls, record.spec.id))
+
+
+def register_counted_attribute_cache(record, module, name, cache_cls):
+    """``register_attribute_cache`` for a cache that counts positions in a Python int (4.x xLSTMCache): the
+    counter a child (cache_attributes.COUNTER_ATTRS)."""
+    codec = cache_attributes.make_attribute_codec(cache_cls, record.spec.id, counters=cache_attributes.COUNTER_ATTRS)
+    return _register(cache_cls, codec)

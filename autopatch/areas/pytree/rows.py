@@ -119,12 +119,25 @@ ROWS = (
         target="xLSTMCache",
         mode="install",
         replacement="autopatch.areas.pytree.caches:register_attribute_cache",
-        # 5.12 and 4.57 count positions in a Python int, a structure that changes every step: no program can take
-        # it (measured: the sweep's sets differ in structure); 5.23 keeps the counter in a tensor.
+        # 4.57 and 5.12 count positions in a Python int (the _4x row flattens it as a tensor); 5.23 keeps a tensor
         requires=("transformers>=5.23", "torch>=2.9"),
         reason="xLSTMCache, which xLSTM keeps in its own module (its recurrent states per layer and a position "
         "counter in a tensor), as an export input or output: its tensor attributes in definition order, the rest "
         "(its config too, as class and settings) as structure.",
+    ),
+    PatchSpec(
+        id="pytree.model_cache.xlstm_4x",
+        family="pytree",
+        trigger="transformers.models.xlstm.modeling_xlstm",
+        target="xLSTMCache",
+        mode="install",
+        replacement="autopatch.areas.pytree.caches:register_counted_attribute_cache",
+        # 5.0-5.22 keep the int counter too, unmeasured (no venv of theirs runs this row's test)
+        requires=("transformers>=4.57,<5", "torch>=2.9"),
+        reason="4.x xLSTMCache (its recurrent states per layer, its config, and a position counter kept as a "
+        "Python int, which 5.23 keeps in a tensor) as an export input or output: the decode step stopped on "
+        "\"Unsupported input type xLSTMCache\". Flattened as 5.23's, the counter a one-element int64 tensor "
+        "(as structure, every step would be another program), restored as an int in eager.",
     ),
 )
 
@@ -176,12 +189,13 @@ SUMMARIES = (
         "Zamba2's on 4.57.6).",
     ),
     (
-        ('pytree.model_cache.xlstm',),
+        ('pytree.model_cache.xlstm', 'pytree.model_cache.xlstm_4x'),
         "xLSTM's own `xLSTMCache` (every layer's matrix memory, normalizer and stabilizer states, and 5.23's "
         'position counter, a tensor) as an export input or output, flattened by attribute as the caches above '
         "(the model's config it keeps: its class and settings, which strict export can hold as a constant): "
-        "a decode step exports, strict too, and runs at other batches and past lengths. 5.12 and 4.57 count positions in a "
-        'Python int, which changes the structure every step: no single program can take it.',
+        "a decode step exports, strict too, and runs at other batches and past lengths. 4.57 counts positions in a "
+        "Python int: flattened as a one-element tensor (as structure it would change every step), an int again in "
+        "eager. 5.0-5.22 (an int too) are not measured.",
     ),
     (
         (
