@@ -16,6 +16,13 @@ from proving import Proof
 ROWS = ("torch.distributions.parameters_checked_at_run", "torch.distributions.samples_checked_at_run")
 
 
+@pytest.fixture(autouse=True)
+def validation_on(monkeypatch):
+    """Validation on, as torch starts a process: torch.compile and Dynamo turn it off process-wide the first time
+    they run (TorchPatcher.patch), as an earlier test of the session may have."""
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args", True)
+
+
 class Scored(torch.nn.Module):
     """Token choices as a classifier head makes them: a Categorical over the last dim, a Bernoulli per cell."""
 

@@ -276,10 +276,12 @@ def test_blt_prefill_fails_without_its_rows_and_matches_eager_with_them(make_age
 @pytest.mark.parametrize("row, fails_with, at_run", [(BLT_HASH, CONSTANT, False), (BLT_STARTS, "Guard failed", True),
                                                     (BLT_ENTROPY, DATA_DEPENDENT, False)],
                          ids=["hash_windows", "patch_starts", "entropy_check"])
-def test_blt_each_row_is_needed(make_agent, row, fails_with, at_run):
+def test_blt_each_row_is_needed(make_agent, monkeypatch, row, fails_with, at_run):
     """The other rows on, one left out: without the hash windows the export fixes the length; without the sorted
     starts the program refuses the two-byte prompt (its guard: length >= 3); without the distributions' row the
-    Categorical's argument check stops the export."""
+    Categorical's argument check stops the export. Validation on, as torch starts a process: torch.compile and
+    Dynamo turn it off process-wide the first time they run (TorchPatcher), as an earlier test may have."""
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args", True)
     proving.fails_without(blt_case((row,), fails_with, fails_at_run=at_run), make_agent)
 
 
