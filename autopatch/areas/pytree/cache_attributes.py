@@ -171,9 +171,11 @@ def restore(obj, attributes, children) -> None:
     attributes = Attributes(*attributes)  # a plain tuple after a round trip through JSON
     values = {name: thaw(frozen) for name, frozen in attributes.static}
     values.update(zip(attributes.tensors, children))
-    counted = children[len(attributes.tensors):]
-    values.update((name, _counter_value(child)) for name, child in zip(attributes.counters, counted))
-    children = children[:len(attributes.tensors)]
+    # Counters are the last children. The ones before them may be more than the attributes' tensors: a caller
+    # passes a layer's keys and values only so a batch size kept as an int can be read back from them.
+    kept = len(children) - len(attributes.counters)
+    values.update((name, _counter_value(child)) for name, child in zip(attributes.counters, children[kept:]))
+    children = children[:kept]
     first = next((leaf for leaf in pytree.tree_leaves(list(children)) if isinstance(leaf, torch.Tensor)), None)
     # No tensor: placeholder leaves (see caches._fill_kv), no batch to read.
     values.update((name, first.shape[0] if first is not None else None) for name in attributes.batch)
