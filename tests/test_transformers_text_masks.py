@@ -382,3 +382,109 @@ def test_blt_decode_inputs_carry_its_own_cache():
     assert cache.get_seq_length() == builders.DECODE[0][1]
     with torch.no_grad():
         assert model(**inputs).logits.shape[1] == builders.DECODE[0][2]
+
+
+def _canine_mask_row() -> str:
+    """The molecule mask's row of this transformers (4.x keeps the pooled mask's channel dimension)."""
+    import transformers
+
+    return "transformers.masks.canine_molecule_mask" + ("_4x" if transformers.__version__.startswith("4.") else "")
+
+
+CANINE_BLOCKS, CANINE_REPEAT = "transformers.masks.canine_local_blocks", "transformers.masks.canine_repeat_molecules"
+
+
+def _characters(model, batch: int, length: int, real: list, seed: int) -> dict:
+    """Right-padded characters, as CANINE's tokenizer pads: row i holds ``real[i]`` characters (the catalogue's
+    keys)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 5000, (batch, length), generator=generator)
+    mask = torch.zeros(batch, length, dtype=torch.long)
+    for row, count in enumerate(real):
+        mask[row, :count] = 1
+        ids[row, count:] = model.config.pad_token_id
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def canine_case(stride: int | None, rows: tuple, fails_with: str, fails_at_run: bool = False):
+    """The catalogue's CANINE classifier. ``stride`` None: the catalogue's local attention chunk (8 characters),
+    traced at 20 characters (3 chunks, the last partial) and run at 28 and 36 (its sets), at 8 (two molecules, one
+    chunk: the shortest text a program takes), 32 (whole chunks) and 36 with a row whose last chunk is all padding
+    (upstream's softmax over masked keys only: uniform over them). ``stride`` 128 (the config class's): traced at
+    20 characters, a window larger than the text, and run at 136 and 300, across two and three windows."""
+    def build():
+        arch = tiny.architecture("canine", "encoder")
+        config = tiny.tiny_config("canine")
+        if stride is not None:
+            config.local_transformer_stride = stride
+        model = tiny.model_class(arch)(config).eval()
+        sets = [tiny.inputs(model, arch, "forward", k) for k in range(3)]
+        if stride is None:
+            runs = [sets[1], sets[2], _characters(model, 3, 8, [8, 5, 8], 1),
+                    _characters(model, 2, 32, [32, 17], 2), _characters(model, 3, 36, [36, 30, 12], 3)]
+        else:
+            runs = [_characters(model, 3, 136, [136, 129, 40], 4), _characters(model, 2, 300, [300, 250], 5)]
+        return model, sets[0], sets[1], runs
+
+    name = f"canine/forward (stride {stride or 'of the catalogue'})"
+    return Proof(name, build, rows=rows, fails_with=fails_with, beside=("all",), fails_at_run=fails_at_run)
+
+
+@requires("transformers>=4.57")
+@pytest.mark.parametrize("stride", [None, 128], ids=["catalogue_chunks", "config_chunks"])
+def test_canine_fails_without_its_rows_and_matches_eager_with_them(make_agent, stride):
+    """Without its rows the export of CANINE stops (the mask's pooling and the chunk loop make the length a
+    constant); with them the program matches eager at other batches and lengths, across chunks and within one."""
+    proving.prove(canine_case(stride, (_canine_mask_row(), CANINE_BLOCKS, CANINE_REPEAT), CONSTANT), make_agent)
+
+
+@requires("transformers>=4.57")
+@pytest.mark.parametrize("row, fails_with, at_run", [
+    ("mask", CONSTANT, False), (CANINE_BLOCKS, "Guard failed", True), (CANINE_REPEAT, "Guard failed", True)],
+    ids=["molecule_mask", "local_blocks", "repeat_molecules"])
+def test_canine_each_row_is_needed(make_agent, row, fails_with, at_run):
+    """The other rows on, one left out: without the mask's row the export fixes the length; without the chunks'
+    the program takes the traced length only (its guard: the length == 20); without the molecules' it refuses
+    texts of two molecules (it was traced at five)."""
+    row = _canine_mask_row() if row == "mask" else row
+    proving.fails_without(canine_case(None, (row,), fails_with, fails_at_run=at_run), make_agent)
+
+
+@requires("transformers>=4.57")
+def test_canine_replacements_are_upstreams():
+    """In eager code: the pooled mask and the repeated molecules bit for bit (lengths 4 to 23, random masks); the
+    blocks' attention within float tolerance of upstream's chunk loop, chunks of 8 and 128, a last chunk whose keys
+    are all masked among them; with attention probabilities asked for, upstream's own path."""
+    from transformers.models.canine import modeling_canine
+
+    from autopatch.areas.text_masks import characters
+
+    generator = torch.Generator().manual_seed(0)
+    config = tiny.tiny_config("canine")
+    model = modeling_canine.CanineModel(config).eval()
+    pooled = characters.canine_molecule_mask_4x if _canine_mask_row().endswith("_4x") else characters.canine_molecule_mask
+    for length in range(4, 24):
+        mask = torch.randint(0, 2, (3, length), generator=generator)
+        if length // 4 > 1:  # 4.x's squeeze(-1) drops the molecule dimension at one molecule (see the row)
+            assert torch.equal(pooled(model, mask, 4), model._downsample_attention_mask(mask, 4)), length
+        molecules = torch.randn(3, max(1, length // 4), 8, generator=generator)
+        assert torch.equal(characters.canine_repeat_molecules(model, molecules, length),
+                           model._repeat_molecules(molecules, length)), length
+
+    original = modeling_canine.CanineAttention.forward
+    for stride, length, real in ((8, 36, [36, 30, 12]), (8, 5, [5, 3, 1]), (128, 300, [300, 250, 100])):
+        config.local_transformer_stride = stride
+        attention = modeling_canine.CanineModel(config).eval().initial_char_encoder.layer[0].attention
+        hidden = torch.randn(3, length, config.hidden_size, generator=generator)
+        mask = _characters(model, 3, length, real, 0)["attention_mask"]
+        mask3d = torch.ones(3, length, 1) * mask[:, None, :].float()
+        with torch.no_grad():
+            expected = original(attention, hidden, mask3d)
+            got = characters.canine_local_blocks(original, attention, hidden, mask3d)
+            assert len(got) == len(expected) == 1
+            torch.testing.assert_close(got[0], expected[0])
+            asked = characters.canine_local_blocks(original, attention, hidden, mask3d, output_attentions=True)
+            upstream = original(attention, hidden, mask3d, output_attentions=True)
+            assert len(asked) == len(upstream) > 1  # one probability tensor per chunk: upstream's path
+            for left, right in zip(asked, upstream):
+                assert torch.equal(left, right)

@@ -181,9 +181,13 @@ SIZES = {
     "num_filters": 4, "base_channels": 32, "latent_channels": 32,
     "num_embeddings": 256,  # a VQ codebook (16384 x the embedding, and the image generation head's vocabulary)
     "num_latents": 16,  # Perceiver's latent array: its length is a size, as a sequence of tokens
+    # CANINE's local attention chunk (128 of its 2048 characters): several chunks, the last one partial, at the
+    # catalogue's lengths, as at its real ones
+    "local_transformer_stride": 8,
 }
 # Sizes that only ever shrink: a default already below the tiny value (Emu3's 4 latent channels) stays.
-AT_MOST = ("max_source_positions", "num_filters", "base_channels", "latent_channels", "num_embeddings", "num_latents")
+AT_MOST = ("max_source_positions", "num_filters", "base_channels", "latent_channels", "num_embeddings", "num_latents",
+           "local_transformer_stride")
 # Per-stage widths of a convolution pyramid (Muse Spark's audio tower: 256, 512, 1024, 2048): the same ratios, the
 # widest HIDDEN.  Per-stage block counts (``depths``): at most 2 each, a shifted-window pair's worth.
 STAGE_WIDTHS = ("hidden_sizes", "downsample_channels")  # (DeepSeek-OCR 2: SAM neck to the encoder width)
@@ -1086,6 +1090,9 @@ def _encoder_inputs(model, k: int) -> dict:
     import torch
 
     batch, seq = builders.PREFILL[k]
+    # A character model (CANINE) pools ``downsampling_rate`` characters into a molecule: as many molecules as
+    # another model has tokens (its first set, one molecule, would trace a program of one molecule only)
+    seq *= getattr(model.config, "downsampling_rate", 1)
     g = builders.generator(k + 1)
     ids = builders.random_ids(g, vocab_size(model.config), batch, seq)
     mask = torch.ones(batch, seq, dtype=torch.long)

@@ -3,7 +3,8 @@ padding mask that has no pad (a data-dependent ``if``), CPM-Ant counts its mask'
 LongT5 (and 4.x Switch Transformers, Pegasus-X, BigBird-Pegasus) skips its default mask while compiling and then
 needs it, Qwen4-Exp's sparse-attention indexer selects each row's keys in a Python loop, BLT's patcher (whose patches
 make its cross-attention masks) picks its patch starts from a view one shorter than the input, and its n-gram hashes
-read tied-stride windows (its entropies' Categorical is the distributions area's).
+read tied-stride windows (its entropies' Categorical is the distributions area's), and CANINE pools its mask and
+attends within chunks of characters sized by the length in Python.
 """
 
 from __future__ import annotations
@@ -142,6 +143,60 @@ ROWS = (
         "the first position masked out, the starts sorted from torch.where, the count read from the data as "
         "upstream.",
     ),
+    PatchSpec(
+        id="transformers.masks.canine_molecule_mask",
+        family="transformers",
+        trigger="transformers.models.canine.modeling_canine",
+        target="CanineModel._downsample_attention_mask",
+        mode="route",
+        replacement="autopatch.areas.text_masks.characters:canine_molecule_mask",
+        requires=("transformers>=5",),
+        fingerprints=("e6ce79c6e5c0",),  # 5.23.0
+        reason="CANINE pools its character mask into molecules with nn.MaxPool1d, whose output length the export "
+        "computes from the traced length: the length becomes a constant ('specialized it to be a constant'). The "
+        "same maxima of the same groups of characters, gathered by index.",
+    ),
+    PatchSpec(
+        id="transformers.masks.canine_molecule_mask_4x",
+        family="transformers",
+        trigger="transformers.models.canine.modeling_canine",
+        target="CanineModel._downsample_attention_mask",
+        mode="route",
+        replacement="autopatch.areas.text_masks.characters:canine_molecule_mask_4x",
+        requires=("transformers<5",),
+        fingerprints=("a233d56057d3",),  # 4.57.6
+        reason="4.x CANINE pools its character mask with nn.MaxPool1d, as 5.x does: the same maxima gathered by "
+        "index, kept (batch, 1, molecules), the shape 4.x returns for two molecules and more.",
+    ),
+    PatchSpec(
+        id="transformers.masks.canine_local_blocks",
+        family="transformers",
+        trigger="transformers.models.canine.modeling_canine",
+        target="CanineAttention.forward",
+        mode="route",
+        replacement="autopatch.areas.text_masks.characters:canine_local_blocks",
+        requires=("transformers>=4.56",),
+        fingerprints=("ee11363d6689", "b47e3777cbfa"),  # 5.23.0, 4.57.6
+        reason="CANINE's first character encoder attends within chunks of local_transformer_stride characters, "
+        "looping over range(0, length, stride) in Python: the length becomes a constant. Its chunks tile the "
+        "sequence, so it is attention within blocks: all blocks at once, picked by index, the last block's padding "
+        "keys at -inf (upstream's shorter last chunk, the same softmax). Other chunk settings, attention "
+        "probabilities asked for: the original.",
+    ),
+    PatchSpec(
+        id="transformers.masks.canine_repeat_molecules",
+        family="transformers",
+        trigger="transformers.models.canine.modeling_canine",
+        target="CanineModel._repeat_molecules",
+        mode="route",
+        replacement="autopatch.areas.text_masks.characters:canine_repeat_molecules",
+        requires=("transformers>=4.56",),
+        fingerprints=("cd5532bde1bb",),  # 4.57.6, 5.23.0
+        reason="CANINE upsamples its molecules back to characters by slicing <cls> off, repeating and "
+        "concatenating: the slice's contiguity checks guard on the molecule count (two or not, as traced), and "
+        "the program refuses texts of 8 to 11 characters ('Guard failed: -1 + input_ids.size()[1] // 4 != 1'). "
+        "The same rows gathered by index.",
+    ),
 )
 
 #: The README's lines for this area's rows (``registry.markdown_table``; tests/test_readme.py keeps them in step):
@@ -179,5 +234,13 @@ SUMMARIES = (
         "steps): the windows gathered by index, the starts sorted at full length; the number of patches stays the "
         "data's. The same values, in onnxruntime too (the hashes' int64 wrap-around summed by Add, not by a "
         "ReduceSum that rounds it). Its entropies' Categorical: `torch.distributions.*`.",
+    ),
+    (
+        ("transformers.masks.canine_molecule_mask", "transformers.masks.canine_molecule_mask_4x",
+         "transformers.masks.canine_local_blocks", "transformers.masks.canine_repeat_molecules"),
+        "CANINE pooled its character mask with `nn.MaxPool1d` and looped over its local attention's chunks in "
+        "Python, fixing the length; its molecules were repeated back to characters through a slice that guards on "
+        "their count: the mask's groups and the molecules' rows gathered by index, the chunks as one attention "
+        "over blocks (the last one's padding at -inf). Programs take 2 molecules and more (8 characters).",
     ),
 )
