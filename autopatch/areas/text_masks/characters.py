@@ -60,13 +60,13 @@ def _block_diagonal(attention) -> bool:
 
 @calls_original
 def canine_local_blocks(original, self, hidden_states, attention_mask=None, *rest, **kwargs):
-    """``CanineAttention.forward`` with local attention as one batched attention over the blocks: the sequence
-    padded to whole chunks and viewed as (batch * chunks, chunk, hidden), where upstream attends chunk by chunk in
-    a Python loop over ``range(0, length, stride)``. The padded keys get -inf, not the dtype's minimum of masked
-    keys: upstream's last chunk is shorter, and where all its real keys are masked its softmax is uniform over
-    them; -inf keeps the padding out of that average too. Anything else (global attention, chunks that overlap or
-    a first position that attends everywhere, attention probabilities or a head mask asked for, a mask that is not
-    upstream's 3D one): the original."""
+    """``CanineAttention.forward`` with local attention as one batched attention over the blocks, (batch * chunks,
+    chunk, hidden) picked by index, where upstream attends chunk by chunk in a Python loop over
+    ``range(0, length, stride)``. The last block is filled up to a whole chunk; those keys get -inf, not the
+    dtype's minimum of masked keys: upstream's last chunk is shorter, and where all its real keys are masked its
+    softmax is uniform over them; -inf keeps the filling out of that average too. Anything else (global
+    attention, chunks that overlap or a first position that attends everywhere, attention probabilities or a head
+    mask asked for, a mask that is not upstream's 3D one): the original."""
     extras = [*rest, *kwargs.values()]
     if (
         not self.local
@@ -83,7 +83,7 @@ def canine_local_blocks(original, self, hidden_states, attention_mask=None, *res
     # Every block picked by index, (batch * chunks, chunk): the sample and the positions of each block, the last
     # block's positions past the end pointing at the last character (their keys are masked below, their queries
     # dropped). Padding and reshaping instead guard on the padding being zero or not, and on the chunk count
-    # being 1 or not, as they were when traced.
+    # being 1 or not, as they were when traced (the program then refuses other lengths).
     block = torch.arange(batch * chunks, device=device)
     sample = block // chunks
     # (block - sample * chunks, not block % chunks: torch.onnx translates a remainder by a symbolic size as a
