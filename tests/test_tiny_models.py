@@ -124,6 +124,20 @@ def test_sizes_the_name_rules_used_to_miss_are_tiny(kind, model_type):
             model(**tiny.inputs(model, arch, step, 0))
 
 
+@pytest.mark.parametrize("model_type, depth, indices", [
+    ("qwen2_vl", 2, {}),  # 32 blocks, all alike
+    ("qwen2_5_vl", 8, {"fullatt_block_indexes": [7]}),  # windowed blocks, the first full-attention one at 7
+    pytest.param("qwen3_vl", 9, {"deepstack_visual_indexes": [8]}, marks=requires("transformers>=4.57")),
+])
+def test_vision_towers_named_by_depth_are_shrunk_to_their_first_block_of_each_kind(model_type, depth, indices):
+    """Qwen2-VL's family and GLM-4V name their tower's block count ``depth``: left at 24-32 blocks, their tiny
+    models were deep and slow to export (GLM-5-Next's ONNX step past the sweep's limit). Shrunk like a layer
+    count, the first block of every kind kept (the index lists cut to it)."""
+    vision = tiny.tiny_config(model_type).vision_config
+    assert vision.depth == depth
+    assert {name: list(getattr(vision, name)) for name in indices} == indices
+
+
 @requires("transformers>=5")  # AFMoE is a 5.x model
 def test_no_weight_matrix_is_left_all_zeros():
     """AFMoE's init zeroes its router's gate: every router score is then equal, and top-k picks among ties, which

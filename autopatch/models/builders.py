@@ -81,7 +81,8 @@ MAX_DEPTH = 16
 
 
 def layer_count(config) -> int | None:
-    for key in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers"):
+    # ``depth``: a vision tower's block count (Qwen2-VL's family and GLM-4V's), where no other name is
+    for key in ("num_hidden_layers", "n_layer", "num_layers", "decoder_layers", "depth"):
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value

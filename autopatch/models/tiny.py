@@ -198,7 +198,7 @@ HEAD_NAMES = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 LAYER_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "num_encoder_layers",
                "encoder_layers", "decoder_layers", "text_num_hidden_layers", "vision_num_hidden_layers",
                "encoder_num_hidden_layers", "decoder_num_hidden_layers", "speech_encoder_layers",
-               "num_self_attends_per_block")
+               "num_self_attends_per_block", "depth")
 EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
                 "zero_expert_num")
 TOPK_NAMES = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "router_topk", "moe_k", "top_k_experts")
