@@ -1491,13 +1491,20 @@ def _pixel_inputs(model, batch: int, g, need_count: bool) -> tuple:
 
 def _feature_settings(features, config) -> dict:
     """What the features method requires that forward reads from the config (transformers 4's Llama 4 wants
-    ``vision_feature_select_strategy`` passed)."""
+    ``vision_feature_select_strategy`` passed; its forward reads it from the vision sub-config)."""
     try:
         wanted = inspect.signature(features).parameters.values()
     except (TypeError, ValueError):
         return {}
-    return {p.name: getattr(config, p.name) for p in wanted
-            if p.default is p.empty and p.name.startswith("vision_feature") and hasattr(config, p.name)}
+    settings = {}
+    for p in wanted:
+        if p.default is not p.empty or not p.name.startswith("vision_feature"):
+            continue
+        for holder in (config, getattr(config, "vision_config", None)):
+            if holder is not None and hasattr(holder, p.name):
+                settings[p.name] = getattr(holder, p.name)
+                break
+    return settings
 
 
 def _renamed(layout: dict, owner) -> dict:

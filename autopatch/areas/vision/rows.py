@@ -33,6 +33,8 @@ PLACEHOLDER_MASK_4X_MORE = (
     Placeholder4x("janus", "JanusModel", ("6da7b8f9b40b",)),
     # LFM2-VL's counts its features by rows (they come flat, [tokens, dim]): the same check on the numbers of elements
     Placeholder4x("lfm2_vl", "Lfm2VlModel", ("07deb545a2be",)),
+    # Llama 4's: Llava's check, its token count taken before it and the message formatted from the feature rows
+    Placeholder4x("llama4", "Llama4ForConditionalGeneration", ("241b8afd64ff",)),
 )
 #: Every 4.x model of Llava's placeholder-mask row: the family above with Llava's source, then those.
 PLACEHOLDER_MASK_4X = (*(Placeholder4x(model, owner, LLAVA_MASK_4X) for model, owner in PLACEHOLDER_MASK_MODELS),
@@ -600,10 +602,11 @@ SUMMARIES = (
             'transformers.vision.fuyu_placeholder_mask', 'transformers.vision.aria_placeholder_mask',
             'transformers.vision.florence2_placeholder_mask', 'transformers.vision.deepseek_vl_placeholder_mask',
             'transformers.vision.janus_placeholder_mask', 'transformers.vision.lfm2_vl_placeholder_mask',
-            'transformers.vision.video_llava_placeholder_mask', 'transformers.vision.chameleon_placeholder_mask',
+            'transformers.vision.llama4_placeholder_mask', 'transformers.vision.video_llava_placeholder_mask',
+            'transformers.vision.chameleon_placeholder_mask',
         ),
-        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family and LFM2-VL others, "
-        "the same check; Video-LLaVA's checks its videos too, as LLaVA-NeXT-Video's; Chameleon's reads its image "
+        "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family, LFM2-VL and Llama 4 "
+        "others, the same check; Video-LLaVA's checks its videos too, as LLaVA-NeXT-Video's; Chameleon's reads its image "
         'token from its vocabulary mapping): a Python `if` on the number of image tokens, a data-dependent size; a '
         'runtime check instead.',
     ),
