@@ -5,11 +5,14 @@ each step, and the three input sets differ in batch and sequence."""
 
 import pytest
 import torch
+import transformers
 
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from autopatch.models import builders, tiny
 from conftest import requires
+
+TF4 = int(transformers.__version__.split(".")[0]) < 5
 
 # (kind, model type): what each one used to fail on
 REPRESENTATIVES = [
@@ -250,6 +253,22 @@ def test_input_sets_differ_in_batch_and_sequence(kind, model_type):
         assert len({s[1] for s in shapes}) == 3, (step, shapes)  # sequence
         assert tiny.inputs(model, arch, step, 1)[_ids_name(step, kind)].tolist() == \
             tiny.inputs(model, arch, step, 1)[_ids_name(step, kind)].tolist()  # deterministic
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma3"])
+def test_every_decode_step_returns_the_cache_it_was_given_one_position_longer(model_type):
+    """The decode sets of a model that returns no cache unless asked (transformers 4's Gemma 3, a
+    conditional-generation model under the causal mapping) pass use_cache=True, as generate() does; the others
+    are left without the flag. Either way the step returns its cache, one position longer."""
+    arch = _arch("causal", model_type)
+    model = tiny.build(arch)
+    inputs = tiny.inputs(model, arch, "decode", 0)
+    assert ("use_cache" in inputs) == (model_type == "gemma3" and TF4), sorted(inputs)
+    past = inputs["past_key_values"].get_seq_length()
+    with torch.no_grad():
+        out = model(**inputs)
+    assert out.past_key_values is not None
+    assert out.past_key_values.get_seq_length() == past + inputs["input_ids"].shape[1]
 
 
 @pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next"])

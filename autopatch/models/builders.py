@@ -306,8 +306,24 @@ def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False,
             generate_positions(model, inputs, seq)
     if cache_position or hybrid:
         inputs["cache_position"] = torch.arange(past, past + seq)
+    if cache_position or hybrid or _returns_cache_only_when_asked(model, inputs):
         inputs["use_cache"] = True
     return inputs
+
+
+def _returns_cache_only_when_asked(model, inputs) -> bool:
+    """A model whose config has no ``use_cache`` (a composite one) and whose step returns no cache unless
+    ``use_cache=True`` is passed, as generate() passes it (transformers 4's Gemma3ForConditionalGeneration, under
+    the causal mapping). Every other step is left as it was, without the flag."""
+    import copy
+
+    import torch
+
+    if not accepts(model, "use_cache") or getattr(model.config, "use_cache", None) is not None:
+        return False
+    with torch.no_grad():
+        output = model(**copy.deepcopy(inputs))
+    return all(getattr(output, name, None) is None for name in ("past_key_values", "cache_params"))
 
 
 SEQ2SEQ_DECODE = [(2, 5, 3, 2), (3, 7, 4, 3), (1, 9, 6, 1)]
