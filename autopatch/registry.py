@@ -23,6 +23,7 @@ from .areas.generation import rows as generation
 from .areas.positions import rows as positions
 from .areas.text_masks import rows as text_masks
 from .areas.local_attention import rows as local_attention
+from .areas.codebooks import rows as codebooks
 from .areas.moe import rows as moe
 from .areas.onnx import rows as onnx
 from .areas.output_capturing import rows as output_capturing
@@ -74,7 +75,7 @@ EXPORT_ENTRY_POINTS = (
 
 #: The areas, in the order their rows are installed and listed.
 AREAS = (pytree, exporters, sliding_windows, torch_shapes, distributions, rope, state_space, generation, positions,
-         text_masks, local_attention, moe, onnx, output_capturing, vision, packed_vision, weight_writes, fp16_clamp)
+         text_masks, local_attention, codebooks, moe, onnx, output_capturing, vision, packed_vision, weight_writes, fp16_clamp)
 
 PATCHES = tuple(row for area in AREAS for row in area.ROWS)
 

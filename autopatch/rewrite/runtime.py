@@ -122,6 +122,19 @@ def same_first_size(value, like):
     return value
 
 
+def cached_batch(cache, otherwise=-1):
+    """The batch of the keys ``cache`` already holds (an encoder-decoder cache: its self-attention part), or
+    ``otherwise`` without a cache or before its first keys (a prefill). Read from the cache's own size, a traced
+    batch is that input dim itself, where a batch divided out of another input (``ids.reshape(-1, codebooks,
+    length)``) is an expression of that input's size, which export guards on being other than 1."""
+    cache = getattr(cache, "self_attention_cache", cache)
+    for layer in getattr(cache, "layers", None) or ():
+        keys = getattr(layer, "keys", None)
+        if getattr(layer, "is_initialized", True) and is_tensor(keys) and keys.dim() == 4:
+            return keys.shape[0]
+    return otherwise
+
+
 def is_empty(value) -> bool:
     """``len(value) == 0`` without ``len()`` on a tensor, which reads its first size as a plain int and so fixes a
     dynamic batch to the traced one; a tensor's first size compares symbolically instead."""

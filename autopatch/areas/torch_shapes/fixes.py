@@ -628,3 +628,51 @@ def install_parameter_buffers(record, owner, name, original):
         return original(ep, *args, **kwargs)
 
     return install_always_on(record, owner, name, original, unlift_exported_program_lifted_states)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Input sizes derived from dynamic dims: the 0/1 leniency
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def without_assumed_two(ranges: dict, var_to_range: dict) -> dict:
+    """``ranges`` (an export's range constraints: input size expression -> ValueRanges) with the lower bound of
+    every *derived* size (an expression of dims, not a dim) recomputed as if its dims could be 0 or 1.
+
+    Export traces a dynamic dim as at least 2 and still lets it be 0 or 1 at run time: the program's input checks
+    skip any lower bound of 2 ("we allow dimensions to be 0/1 at runtime"). A size derived from such a dim
+    inherits that 2 multiplied out (MusicGen's ids, ``batch * codebooks``: ``4*s53`` bounded below by 8), the
+    checks see a bound above 2 and the program refuses batch 1 ('Guard failed: input_ids.size()[0] >= 8') though
+    its dim alone would have passed. Only bounds that come from that assumed 2 drop; a dim whose range starts
+    elsewhere (a user's ``Dim(min=5)``) keeps it, and so does every upper bound."""
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    relaxed = {}
+    for expr, found in ranges.items():
+        symbols = getattr(expr, "free_symbols", ())
+        if found.lower > 2 and symbols and not expr.is_Symbol and all(s in var_to_range for s in symbols):
+            lenient = {s: ValueRanges(0, var_to_range[s].upper) if var_to_range[s].lower == 2 else var_to_range[s]
+                       for s in symbols}
+            lower = bound_sympy(expr, lenient).lower
+            if lower < found.lower:
+                found = ValueRanges(lower if lower > 0 else 0, found.upper)
+        relaxed[expr] = found
+    return relaxed
+
+
+def install_derived_ranges(record, owner, name, original):
+    """Installer for ``make_constraints`` (torch._export.non_strict_utils, and its alias in torch.export._trace):
+    inside this thread's export, its ranges pass through ``without_assumed_two``; a hit is counted only when a
+    bound changed, so that an export's report names the row only where it mattered."""
+
+    @functools.wraps(original)
+    def make_constraints(fake_mode, *args, **kwargs):
+        ranges = original(fake_mode, *args, **kwargs)
+        if not kit.in_export() or getattr(fake_mode, "shape_env", None) is None:
+            return ranges
+        relaxed = without_assumed_two(ranges, fake_mode.shape_env.var_to_range)
+        if relaxed != ranges:
+            kit.count_hit(record.spec.id)
+        return relaxed
+
+    return install_always_on(record, owner, name, original, make_constraints)

@@ -217,6 +217,29 @@ ROWS = (
         "L['kwargs']['past'] while the module's inputs are flat. Rewrites them to L['past']. Runs in ep.module(), "
         "after the export, so it is always on; it changes only guards that could not run.",
     ),
+    # make_constraints runs inside the export only; the installer is a plain wrapper (not a router) so that a hit
+    # is counted when a bound changed, not at every export. _trace binds its own name at import: both are wrapped.
+    *(
+        PatchSpec(
+            id=f"torch.export.derived_size_ranges{suffix}",
+            family="torch",
+            trigger=trigger,
+            target="make_constraints",
+            mode="install",
+            replacement="autopatch.areas.torch_shapes.fixes:install_derived_ranges",
+            requires=TORCH,
+            fingerprints=("8bc3c9f22012",),  # 2.13.0
+            reason="An input size derived from a dynamic dim (MusicGen's ids, batch * codebooks: 4*s53) gets the "
+            "dim's traced lower bound of 2 multiplied out (8), which the program checks though it lets the dim "
+            "itself be 0 or 1: a step traced at batch 2 refuses batch 1 ('Guard failed: input_ids.size()[0] >= "
+            "8'). The derived bound is recomputed with that assumed 2 lifted, as torch lifts it for a dim; "
+            "bounds from anything else stay." + note,
+        )
+        for suffix, trigger, note in (
+            ("", "torch._export.non_strict_utils", ""),
+            ("_alias", "torch.export._trace", " The alias torch.export._trace imports."),
+        )
+    ),
     PatchSpec(
         id="torch.export.parameter_buffers",
         family="torch",
@@ -324,6 +347,12 @@ SUMMARIES = (
         "Then `ep.module()` fails with `NameError: name 'L' is not defined` (guards name "
         "`L['kwargs']['past']`). Always on: it runs after the export, and only rewrites guards that could "
         'not run.',
+    ),
+    (
+        ('torch.export.derived_size_ranges', 'torch.export.derived_size_ranges_alias'),
+        "An input size derived from a dynamic dim (MusicGen's ids, batch x codebooks) inherits the dim's traced "
+        'lower bound of 2 multiplied out, and the program refused batch 1 (`Guard failed: input_ids.size()[0] '
+        '>= 8`) though torch lets the dim itself be 0 or 1. That assumed 2 is lifted from derived bounds too.',
     ),
     (
         ('torch.dynamo.stores_after_hop',),
