@@ -107,6 +107,7 @@ SHRUNK = [
     ("vlm", "diffusion_gemma", "5"),  # expert sizes None although every layer routes
     ("causal", "gemma4_assistant", "5"),  # a default its own validator refuses (DEFAULT_ARGUMENTS)
     ("vlm", "t5gemma2", "5.23"),
+    ("vlm", "ernie4_5_vl_moe", "5"),  # M-RoPE sections of its own order (height = width, then time); one-frame patches
     ("vlm", "gemma4_unified", "5.23"),  # no default vision config; its embedder's widths, its patch size  # its vision config inside its encoder's: the images were sized by the encoder's
 ]
 #: Built only: DiffusionGemma's forward takes encoder outputs, Gemma 4's assistant the target model's key/value states.
@@ -271,7 +272,7 @@ def test_every_decode_step_returns_the_cache_it_was_given_one_position_longer(mo
     assert out.past_key_values.get_seq_length() == past + inputs["input_ids"].shape[1]
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next", "got_ocr2"])
 def test_vlm_input_sets_differ_and_hold_two_images_or_more(model_type):
     arch = _arch("vlm", model_type)
     model = tiny.build(arch)
@@ -306,6 +307,27 @@ def test_reasons_are_one_honest_line():
     assert tiny._reason(RuntimeError("one\ntwo")) == "RuntimeError: one"
     wrong_class = AttributeError("'PixtralVisionConfig' object has no attribute 'vision_config'")
     assert tiny._reason(wrong_class).startswith("AttributeError: ")
+
+
+@requires("transformers<5")
+def test_a_vlm_whose_model_type_names_only_its_tower_is_refused_with_the_reason():
+    """transformers 4's Pixtral maps to LlavaForConditionalGeneration with a vision config only: the harness does
+    not guess the Llava settings its checkpoints hold (feature layer, strategy, image sizes), and says so."""
+    with pytest.raises(tiny.BuildError, match="vision tower's only .*LlavaConfig"):
+        tiny.build(tiny.architecture("pixtral", "vlm"))
+
+
+@pytest.mark.parametrize("model_type", ["bart", "fsmt"])
+def test_seq2seq_decode_caches_hold_the_whole_prefix(model_type):
+    """Each decode set's self-attention cache holds its whole prefix, so that the sets differ in past length (a
+    dynamic dim). transformers 4's FSMT reads only the last decoder token once it has a cache (fairseq's
+    incremental decoding), and builds no cache of its own: its prefix is stepped token by token, as generate()
+    does."""
+    arch = _arch("seq2seq", model_type)
+    model = tiny.build(arch)
+    for k, (_, _, past, _) in enumerate(builders.SEQ2SEQ_DECODE):
+        cache = tiny.inputs(model, arch, "decode", k)["past_key_values"]
+        assert cache.self_attention_cache.get_seq_length() == past, (k, past)
 
 
 @requires("transformers>=5.13")

@@ -354,6 +354,19 @@ def seq2seq_decode_inputs(model, config, batch, source, past, seq, seed=0):
         prefix = random_ids(g, config.vocab_size, batch, past)
         try:
             cache = model(**encoder, decoder_input_ids=prefix, use_cache=True).past_key_values
+        except AttributeError as exc:
+            if "has no attribute 'config'" not in str(exc):
+                raise
+            # transformers 4's FSMT decoder builds its own empty cache from a config it does not have; generate()
+            # gives it one it prepared: so does the sweep
+            from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            # ... and with a cache it reads only the last decoder token (fairseq's incremental decoding): the
+            # prefix is fed one token at a time, as generate() steps it, so that the cache holds all of it
+            for end in range(1, past + 1):
+                cache = model(**encoder, decoder_input_ids=prefix[:, :end], past_key_values=cache,
+                              use_cache=True).past_key_values
         except ValueError as exc:
             if "used as a decoder" not in str(exc):
                 raise

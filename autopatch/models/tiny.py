@@ -604,6 +604,17 @@ def _clamp_feature_layers(config) -> None:
 MROPE_SHARES = (2, 3, 3)
 
 
+def _height_width_time(half: int) -> list:
+    """ERNIE 4.5 VL's split, in its own order: height, width (equal: its rope stacks them pairwise), then time, in
+    the shares of the [22, 22, 20] its modeling code defaults to (the default config leaves it unset)."""
+    side = (half - half * 20 // 64) // 2
+    return [side, side, half - 2 * side]
+
+
+#: Models whose split is their own: model type -> the sections of a rotary half.
+MROPE_SECTIONS_OF = {"ernie4_5_vl_moe": _height_width_time}
+
+
 def _set_mrope(config) -> None:
     """Multimodal RoPE (a vision tower with a temporal patch size) splits each head's rotary half into sections
     whose default, in the modeling code, fits the full head only: sections for the tiny head, in the same shares."""
@@ -611,7 +622,9 @@ def _set_mrope(config) -> None:
     if not (_is_config(text) and _is_config(vision)):
         return
     rope = getattr(text, "rope_parameters", None)
-    if "temporal_patch_size" not in _stored(vision) and "vision_start_token_id" not in _stored(config):
+    own = MROPE_SECTIONS_OF.get(getattr(config, "model_type", ""))
+    if "temporal_patch_size" not in _stored(vision) and "vision_start_token_id" not in _stored(config) \
+            and own is None:
         return  # (PaddleOCR-VL's tower has no temporal patch size; its vision-start token says M-RoPE all the same)
     if not isinstance(rope, dict) and "rope_scaling" in _stored(text):
         # transformers 4 keeps the sections in rope_scaling, which its default config leaves unset
@@ -623,6 +636,9 @@ def _set_mrope(config) -> None:
     head = getattr(text, "head_dim", None) or text.hidden_size // heads
     factor = rope.get("partial_rotary_factor") or getattr(text, "partial_rotary_factor", None) or 1.0
     half = int(head * factor) // 2
+    if own is not None:
+        rope["mrope_section"] = own(half)
+        return
     parts = [half * share // sum(MROPE_SHARES) for share in MROPE_SHARES[1:]]
     rope["mrope_section"] = [half - sum(parts), *parts]
 
@@ -892,7 +908,7 @@ def build(arch: Arch):
 
     klass = model_class(arch)
     try:
-        config = _config_for(klass, tiny_config(arch.model_type), arch.kind)
+        config = _config_for(klass, _tiny_config_of(klass, arch), arch.kind)
         torch.manual_seed(0)
         model = klass(config)
     except BuildError:
@@ -924,6 +940,20 @@ def _no_zero_matrices(model) -> None:
         for param in model.parameters():
             if param.dim() >= 2 and param.numel() and param.is_floating_point() and not param.any():
                 param.normal_(0.0, std)
+
+
+def _tiny_config_of(klass, arch: Arch):
+    """The model type's tiny config. A VLM class whose model type names only its vision tower (transformers 4's
+    Pixtral, mapped to LlavaForConditionalGeneration, whose checkpoints are Llava configs around that tower with
+    settings of their own: feature layer, strategy, image sizes) is not built from a guess of them: a BuildError
+    says why."""
+    config = tiny_config(arch.model_type)
+    wanted = getattr(klass, "config_class", None)
+    if arch.kind == "vlm" and isinstance(wanted, type) and not any(isinstance(n, wanted) for n in _tree(config)) \
+            and getattr(config, "vision_config", None) is None and "vision_config" in _init_names(wanted):
+        raise BuildError(f"{arch.model_type}'s config is a vision tower's only ({type(config).__name__}); its "
+                         f"checkpoints wrap it in a {wanted.__name__} of their own settings")
+    return config
 
 
 def _config_for(klass, config, kind: str):
@@ -1398,7 +1428,12 @@ def _image_layouts(model, batch: int, g) -> list:
         rows = flat["pixel_values"].shape[0]
         own = torch.Generator().manual_seed(rows)  # not from g: the other layouts' draws stay as they were
         small = torch.randn(rows, _channels(vision), patch, patch, generator=own)
-        return [flat, {**flat, "pixel_values": small}]
+        found = [flat, {**flat, "pixel_values": small}]
+        if "temporal_patch_size" not in _stored(vision):
+            # ERNIE 4.5 VL: flattened patches of one frame each (its tower merges frames later, by its
+            # temporal_merge_size), for a linear patch embedding
+            found.append({**flat, "pixel_values": small.flatten(1)})
+        return found
     if "image_grid_hw" in taken:
         return [_grid_hw_layout(model, batch, g)]
     if "aspect_ratio_ids" in taken:
@@ -1450,12 +1485,11 @@ def _features_name(model) -> str:
     return "get_video_features" if _video_only(model) else "get_image_features"
 
 
-def _image_features_owner(model):
+def _image_features_owners(model) -> list:
+    """The model and its inner model, those that have the features method: the outer one first. transformers 4's
+    GOT-OCR2 passes the inner one ``vision_feature_layer``, which it does not take (forward calls the inner one)."""
     name = _features_name(model)
-    if hasattr(model, name):
-        return model
-    inner = getattr(model, "model", None)
-    return inner if hasattr(inner, name) else None
+    return [owner for owner in (model, getattr(model, "model", None)) if owner is not None and hasattr(owner, name)]
 
 
 def _features_of(owner, model):
@@ -1468,25 +1502,27 @@ def _pixel_inputs(model, batch: int, g, need_count: bool) -> tuple:
     import torch
 
     layouts = _pixel_layouts(model, batch, g)
-    owner = _image_features_owner(model)
-    if owner is None:
+    owners = _image_features_owners(model)
+    if not owners:
         if need_count and "aspect_ratio_ids" in layouts[0]:
             return layouts[0], 1  # cross-attention: one placeholder per image marks where it is attended from
         if need_count:
             raise BuildError("no get_image_features: cannot count the image placeholders")
         return layouts[0], 0
     errors = []
-    settings = _feature_settings(_features_of(owner, model), owner.config)
-    for layout in layouts:
-        try:
-            with torch.no_grad():
-                count = _feature_count(_features_of(owner, model)(**settings, **_renamed(layout, owner))) // batch
-            return _renamed(layout, owner), count
-        except BuildError:
-            raise
-        except Exception as exc:
-            errors.append(first_line(exc))
-    raise BuildError(f"no image layout fits get_image_features: {errors[-1]}")
+    for owner in owners:  # every layout with the outer model's method first: what it takes, it decides
+        for layout in layouts:
+            settings = _feature_settings(_features_of(owner, model), owner.config)
+            try:
+                with torch.no_grad():
+                    count = _feature_count(_features_of(owner, model)(**settings, **_renamed(layout, owner))) // batch
+                return _renamed(layout, owner), count
+            except BuildError:
+                raise
+            except Exception as exc:
+                errors.append(first_line(exc))
+    # the outer method's error on the last layout, as before the inner method was tried too
+    raise BuildError(f"no image layout fits get_image_features: {errors[len(layouts) - 1]}")
 
 
 def _feature_settings(features, config) -> dict:
