@@ -75,7 +75,8 @@ EXPORT_ENTRY_POINTS = (
 
 #: The areas, in the order their rows are installed and listed.
 AREAS = (pytree, exporters, sliding_windows, torch_shapes, distributions, rope, state_space, generation, positions,
-         text_masks, local_attention, codebooks, moe, onnx, output_capturing, vision, packed_vision, weight_writes, fp16_clamp)
+         text_masks, local_attention, codebooks, moe, onnx, output_capturing, vision, packed_vision, weight_writes,
+         fp16_clamp)
 
 PATCHES = tuple(row for area in AREAS for row in area.ROWS)
 

@@ -606,9 +606,9 @@ SUMMARIES = (
             'transformers.vision.chameleon_placeholder_mask',
         ),
         "4.x VLMs sharing Llava's `get_placeholder_mask` (one fingerprint; DeepSeek-VL's family, LFM2-VL and Llama 4 "
-        "others, the same check; Video-LLaVA's checks its videos too, as LLaVA-NeXT-Video's; Chameleon's reads its image "
-        'token from its vocabulary mapping): a Python `if` on the number of image tokens, a data-dependent size; a '
-        'runtime check instead.',
+        "others, the same check; Video-LLaVA's checks its videos too, as LLaVA-NeXT-Video's; Chameleon's reads its "
+        'image token from its vocabulary mapping): a Python `if` on the number of image tokens, a data-dependent '
+        'size; a runtime check instead.',
     ),
     (
         (
