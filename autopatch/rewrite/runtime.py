@@ -135,6 +135,17 @@ def cached_batch(cache, otherwise=-1):
     return otherwise
 
 
+def flat_blocks(rows, count, device=None):
+    """``rows`` rows of ``count`` blocks each, numbered flat: (each block's row, its index within the row). Flat
+    because a dimension of its own for ``count`` (1 for a text within one block) makes every broadcast of it guard
+    on that 1, and the program refuses longer texts; ``rows * count`` is never 1 for torch. The index is ``block -
+    row * count``, not ``block % count``: torch.onnx translates a remainder by a symbolic size as a constant."""
+    torch = _torch()
+    block = torch.arange(rows * count, device=device)
+    row = block // count
+    return row, block - row * count
+
+
 def is_empty(value) -> bool:
     """``len(value) == 0`` without ``len()`` on a tensor, which reads its first size as a plain int and so fixes a
     dynamic batch to the traced one; a tensor's first size compares symbolically instead."""

@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from ...kit import calls_original
+from ...kit import calls_original, runtime
 
 
 def _same_length(attention_mask, input_ids, inputs_embeds):
@@ -52,10 +52,8 @@ def _blocks(rows: int, length, window: int, device):
     is 1 when traced below one window, makes every broadcast of it guard on that 1 (``broadcast_in_dim``'s check
     of size-1 dimensions), and the program would refuse longer texts; rows * blocks is never 1 for torch."""
     count = (length + window - 1) // window
-    block = torch.arange(rows * count, device=device)
-    row = block // count
-    # (block - row * count, not block % count: torch.onnx translates a remainder by a symbolic size as a constant)
-    start = (block - row * count)[:, None] * window
+    row, index = runtime.flat_blocks(rows, count, device)
+    start = index[:, None] * window
     queries = (start + torch.arange(window, device=device)).clamp(max=length - 1)
     keys = start - window + torch.arange(3 * window, device=device)
     inside = (keys >= 0) & (keys < length)

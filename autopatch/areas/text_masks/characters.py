@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ...kit import calls_original
+from ...kit import calls_original, runtime
 
 
 def _pooled_mask(char_attention_mask, rate: int):
@@ -84,11 +84,8 @@ def canine_local_blocks(original, self, hidden_states, attention_mask=None, *res
     # block's positions past the end pointing at the last character (their keys are masked below, their queries
     # dropped). Padding and reshaping instead guard on the padding being zero or not, and on the chunk count
     # being 1 or not, as they were when traced (the program then refuses other lengths).
-    block = torch.arange(batch * chunks, device=device)
-    sample = block // chunks
-    # (block - sample * chunks, not block % chunks: torch.onnx translates a remainder by a symbolic size as a
-    # constant and fails on it)
-    unclamped = (block - sample * chunks)[:, None] * chunk + torch.arange(chunk, device=device)[None, :]
+    sample, index = runtime.flat_blocks(batch, chunks, device)
+    unclamped = index[:, None] * chunk + torch.arange(chunk, device=device)[None, :]
     sample = sample[:, None]
     positions = unclamped.clamp(max=length - 1)
     blocks = hidden_states[sample, positions]
