@@ -1511,8 +1511,8 @@ def _pixel_inputs(model, batch: int, g, need_count: bool) -> tuple:
         return layouts[0], 0
     errors = []
     for owner in owners:  # every layout with the outer model's method first: what it takes, it decides
+        settings = _feature_settings(_features_of(owner, model), owner.config)
         for layout in layouts:
-            settings = _feature_settings(_features_of(owner, model), owner.config)
             try:
                 with torch.no_grad():
                     count = _feature_count(_features_of(owner, model)(**settings, **_renamed(layout, owner))) // batch
