@@ -331,10 +331,11 @@ def test_seq2seq_decode_caches_hold_the_whole_prefix(model_type):
 
 
 @requires("transformers>=5.13")
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "mllama", "idefics3"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "mllama", "idefics3", "ernie4_5_vl_moe"])
 def test_padded_vlm_prefill_shifts_every_token_input_and_runs_in_eager(model_type):
     """The sweep asks eager to run a VLM prefill left-padded (the masked path every export takes): every tensor as
-    long as the text moves with it (Qwen2-VL's token types stay the image tokens' places; Mllama's cross-attention
+    long as the text moves with it (Qwen2-VL's token types stay the image tokens' places, ERNIE 4.5 VL's expert
+    token types too, as its processor gives them; Mllama's cross-attention
     mask is an expanded view), the pads are the config's pad id (0 where the shrunk vocab lost it: Idefics3's), and
     eager runs on it."""
     arch = tiny.architecture(model_type, "vlm")
@@ -349,6 +350,9 @@ def test_padded_vlm_prefill_shifts_every_token_input_and_runs_in_eager(model_typ
                 assert torch.equal(padded[name][row, pad:], value[row, :value.shape[1] - pad]), (name, row)
     if "mm_token_type_ids" in padded:
         assert torch.equal(padded["mm_token_type_ids"].bool(), padded["input_ids"] == model.config.image_token_id)
+    assert ("moe_mm_token_type_ids" in padded) == (model_type == "ernie4_5_vl_moe")
+    if "moe_mm_token_type_ids" in padded:  # the tokens its vision experts take: the image's
+        assert torch.equal(padded["moe_mm_token_type_ids"].bool(), padded["input_ids"] == model.config.image_token_id)
     with torch.no_grad():
         model(**padded)
 

@@ -68,6 +68,7 @@ def _rows(model):
     rows += [f"transformers.vision.{model}_{row.name}" for row in packed_rows.OWN_ROWS if row.model == model]
     if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
+    rows += packed_rows.TEXT_NEEDS.get(model, ())  # ERNIE 4.5 VL's text and vision experts
     return tuple(rows)
 
 
@@ -251,7 +252,11 @@ def _random_batches(model, seed, count=60):
                     tokens += [VIDEO_END] * (kind == 2) + [5] * rng.randint(1, 3)
                     continue
                 tokens.append(VISION_START)
-                if kind == 2 and model == "qwen3_vl":  # a timestamp and a vision start before every frame but the first
+                if kind == 2 and model == "ernie4_5_vl":  # its resampler pairs a video's frames (an odd last one
+                    # dropped): 2 to 4 frames, half as many tokens
+                    grids[kind][-1] = grid = (rng.randint(2, 4), *grid[1:])
+                    tokens += [placeholder] * (grid[0] // 2 * frame)
+                elif kind == 2 and model == "qwen3_vl":  # a timestamp and a vision start before every frame but the first
                     tokens += [placeholder] * frame
                     for _ in range(grid[0] - 1):
                         tokens += [5] * rng.randint(1, 2) + [VISION_START] + [placeholder] * frame
@@ -362,6 +367,40 @@ def test_lfm3_vl_convolution_equals_upstream(kernel):
         with torch.no_grad():  # outside export: upstream's forward
             expected, got = conv(hidden, grids.tolist()), packed.lfm3_vl_conv_packed(conv, hidden, grids)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@V5
+def test_ernie4_5_vl_temporal_pairs_equal_upstream():
+    """Every merged token's frame pair, found at once, is upstream's per-image loop: one-frame images (a frame
+    beside itself) and videos of 2 to 5 frames (pairs, an odd last frame left out) mixed in one batch."""
+    from autopatch.areas.packed_vision import ernie4_5_vl
+
+    resampler = packed_vlms.build("ernie4_5_vl_moe").model.resampler_model
+    rng = random.Random(8)
+    for _ in range(30):
+        grids = torch.tensor([(rng.choice((1, 1, 2, 3, 4, 5)), MERGE * rng.randint(1, 3), MERGE * rng.randint(1, 3))
+                              for _ in range(rng.randint(1, 4))])
+        hidden = torch.randn(int(grids.prod(-1).sum()) // MERGE**2, 8)
+        expected = resampler._temporal_slicing(hidden, grids)  # outside export: upstream's
+        assert torch.equal(ernie4_5_vl.temporal_pairs(resampler, hidden, grids), expected)
+
+
+@V5
+def test_ernie4_5_vl_modality_experts_equal_upstream():
+    """Both expert sets on every token, each keeping its modality's, give upstream's outputs and router logits:
+    text and vision tokens mixed, text only (upstream's other branch), and no token types at all."""
+    from autopatch.areas.moe import experts
+
+    block = packed_vlms.build("ernie4_5_vl_moe").model.language_model.layers[1].mlp
+    torch.manual_seed(3)
+    hidden = torch.randn(3, 7, block.text_moe.hidden_dim)
+    mixed = (torch.rand(3, 7) < 0.4).long() * torch.randint(1, 3, (3, 7))
+    for types in (mixed, torch.zeros(3, 7, dtype=torch.long), None):
+        with torch.no_grad():
+            expected = block(hidden, types)  # outside export: upstream's
+            got = experts.ernie4_5_vl_modality_experts(block, hidden, types)
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
 
 
 # Not the models of another's very sources (SAME_SOURCES, ZERO_CODE_SAME_AS): the same rows over the same code. A

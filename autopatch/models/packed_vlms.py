@@ -6,7 +6,8 @@ definition for the tests and any tool that builds them.
                GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves), and EXAONE 4.5 (Qwen2.5-VL's
                tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL,
                Video-LLaMA-3 (SigLIP towers packed the same way, one frame per patch; Video-LLaMA-3 takes a merge
-               size per image) and LFM3-VL (convolution and attention layers in its tower)
+               size per image), LFM3-VL (convolution and attention layers in its tower) and ERNIE 4.5 VL MoE
+               (Qwen2-VL's tower without a temporal patch, a resampler of its own, text and vision experts)
     NAMES_4    the three Qwen models, Qwen3-VL-MoE, GLM-4V and GLM-4V-MoE as 4.57 configures them (``<model>_4x``:
                the text settings and mrope elsewhere; GLM's videos between video-start and video-end tokens)
 
@@ -27,7 +28,7 @@ PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
            "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3",
-           "lfm3_vl")
+           "lfm3_vl", "ernie4_5_vl_moe")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -163,6 +164,18 @@ def _config(name):
             text_config={**TEXT, "num_hidden_layers": 5, "head_dim": 16, "pad_token_id": 0, "bos_token_id": 1,
                          "eos_token_id": 1}, projector_hidden_size=64,
             image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
+    if name == "ernie4_5_vl_moe":  # a tower without a temporal patch; the text classes' dense first layer, then
+        # 4 text and 4 vision experts (2 per token) and a shared one; M-RoPE in its own order (height, width, time)
+        # in the shares of its default [22, 22, 20]
+        return t.Ernie4_5_VLMoeConfig(
+            vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4, "patch_size": 4,
+                           "spatial_merge_size": MERGE, "in_channels": 3},
+            text_config={**TEXT, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": [32, 32],
+                         "moe_num_shared_experts": 1,
+                         "rope_parameters": {"rope_type": "default", "mrope_section": [3, 3, 2],
+                                             "rope_theta": 500000.0}},
+            image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START, image_end_token_id=125,
+            video_start_token_id=VIDEO_START, video_end_token_id=VIDEO_END)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -182,7 +195,8 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "glm46v": "Glm46VForConditionalGeneration", "cosmos3_omni": "Cosmos3OmniForConditionalGeneration",
                "exaone4_5": "Exaone4_5_ForConditionalGeneration",
                "paddleocr_vl": "PaddleOCRVLForConditionalGeneration",
-               "video_llama_3": "VideoLlama3ForConditionalGeneration", "lfm3_vl": "Lfm3VlForConditionalGeneration"}
+               "video_llama_3": "VideoLlama3ForConditionalGeneration", "lfm3_vl": "Lfm3VlForConditionalGeneration",
+               "ernie4_5_vl_moe": "Ernie4_5_VLMoeForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -226,8 +240,19 @@ WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3", "lfm3_vl")
 MERGE_SIZES = {"video_llama_3": ((1, 1), (1, 2, 1), (1,))}
 
 
-#: The models whose tower embeds one frame per patch (no temporal patch), pixels ``[patches, 3, 4, 4]``.
+#: The models whose tower embeds one frame per patch (no temporal patch), pixels ``[patches, 3, 4, 4]``; ERNIE 4.5
+#: VL's flattened, ``[patches, 48]``.
 ONE_FRAME_PATCHES = ("paddleocr_vl", "video_llama_3")
+FLAT_ONE_FRAME_PATCHES = ("ernie4_5_vl_moe",)
+
+#: The models whose processor also gives ``moe_mm_token_type_ids``, the tokens its vision experts take: the image's
+#: and its start token (ERNIE 4.5 VL).
+MOE_TOKEN_TYPES = ("ernie4_5_vl_moe",)
+
+#: The models whose images have one frame, as their processors make them: GLM-4V's tower resamples its position
+#: grid by each frame's index (a two-frame image is misread in eager too); ERNIE 4.5 VL's resampler pairs frames
+#: (a two-frame image gives half the tokens).
+ONE_FRAME_IMAGES = ("glm4v", "glm4v_moe", "glm_ocr", "glm46v", "ernie4_5_vl_moe")
 
 
 def for_model(name, inputs):
@@ -235,8 +260,14 @@ def for_model(name, inputs):
     frame where the tower has no temporal patch)."""
     inputs = {k: v for k, v in inputs.items() if not (name in WITHOUT_TOKEN_TYPES and k == "mm_token_type_ids")}
     pixels = inputs["pixel_values"]
-    if name in ONE_FRAME_PATCHES and isinstance(pixels, torch.Tensor):  # not the dynamic shapes
+    shapes = not isinstance(pixels, torch.Tensor)  # the dynamic shapes
+    if name in ONE_FRAME_PATCHES and not shapes:
         inputs["pixel_values"] = pixels.reshape(pixels.shape[0], 2, 3, 4, 4)[:, 0].contiguous()
+    if name in FLAT_ONE_FRAME_PATCHES and not shapes:
+        inputs["pixel_values"] = pixels.reshape(pixels.shape[0], 2, PATCH_DIM // 2)[:, 0].contiguous()
+    if name in MOE_TOKEN_TYPES:
+        kinds = inputs["mm_token_type_ids"]
+        inputs["moe_mm_token_type_ids"] = kinds if shapes else kinds.long() | (inputs["input_ids"] == VISION_START)
     return inputs
 
 
@@ -248,8 +279,9 @@ def traced(name):
 def others(name):
     """The sets a program is run at: other numbers of images, grids (a two-frame image, unequal rows), batches
     and text lengths. GLM-4V's have one frame per image, as its processor makes them (its tower's position
-    resampling reads the grid of each frame's index, so a two-frame image is misread in eager too)."""
-    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name.startswith("glm") else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
+    resampling reads the grid of each frame's index, so a two-frame image is misread in eager too), as ERNIE 4.5
+    VL's (ONE_FRAME_IMAGES)."""
+    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name in ONE_FRAME_IMAGES else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
     return [for_model(name, prefill(first, text_len=7, seed=1, merges=_merges(name, 1))),
             for_model(name, prefill([(1, 6, 6)], 3, seed=2, merges=_merges(name, 2)))]
 

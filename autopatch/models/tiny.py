@@ -1622,6 +1622,10 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
     found = {**pixels, **text_inputs, "use_cache": False}
     if "mm_token_type_ids" in taken and token is not None:
         found["mm_token_type_ids"] = (ids == token).long()  # which tokens are image ones (M-RoPE's positions)
+    if "moe_mm_token_type_ids" in taken and token is not None:
+        # ERNIE 4.5 VL's processor gives it too: the tokens its vision experts take (the image's; the prompt has no
+        # image start or end tokens)
+        found["moe_mm_token_type_ids"] = (ids == token).long()
     if "image_attention_mask" in taken and "input_ids" in found:
         found["image_attention_mask"] = torch.ones(batch, ids.shape[1], 1, dtype=torch.long)  # every token sees it
     if "cross_attention_mask" in taken and "aspect_ratio_mask" in pixels:

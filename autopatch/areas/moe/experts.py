@@ -161,6 +161,26 @@ def ernie4_5_moe_sparse_moe_forward(self, hidden_states):
     return output.reshape(batch, length, hidden), router_logits
 
 
+def ernie4_5_vl_modality_experts(self, hidden_states, moe_mm_token_type_ids=None):
+    """Ernie4_5_VLMoeMoeBlock.forward (5.x): text tokens go to the text experts, image and video tokens (and their
+    start and end tokens) to the vision experts. Upstream chooses that path with ``if moe_mm_token_type_ids.any()``
+    (a guard on data) and routes by boolean-mask selections (data-dependent sizes). Instead both expert sets run on
+    every token and each token keeps its own modality's output and router logits: the same values per token (the
+    text-only case too, where upstream runs the text experts on every token), at the cost of running the second set
+    on all tokens."""
+    batch, length, hidden = hidden_states.shape
+    output, router_logits = self.text_moe(hidden_states)
+    output, router_logits = output.view(batch, length, hidden), router_logits.view(-1, self.num_experts)
+    if moe_mm_token_type_ids is not None:
+        vision, vision_logits = self.vision_moe(hidden_states)
+        is_vision = moe_mm_token_type_ids.bool().reshape(batch, length, 1)
+        output = torch.where(is_vision, vision.view(batch, length, hidden), output)
+        router_logits = torch.where(is_vision.reshape(-1, 1), vision_logits.view(-1, self.num_experts), router_logits)
+    if self.shared_experts is not None:
+        output = output + self.shared_experts(hidden_states)
+    return output, router_logits
+
+
 def aria_sequential_experts_gemm(token_states, expert_weights, tokens_per_expert):
     """sequential_experts_gemm (Aria, 4.x): rows sorted by expert, ``tokens_per_expert`` rows each, sliced with
     tensor bounds (``token_states[start:end]``: data-dependent sizes). Every expert's matrix on every row instead,

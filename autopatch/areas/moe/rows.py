@@ -205,6 +205,20 @@ ROWS = (
         "experts hit: a data-dependent number of iterations (guard Eq(u0, 0)). Every expert on every token instead.",
     ),
     PatchSpec(
+        id="transformers.moe.ernie4_5_vl_modality_experts",
+        family="transformers",
+        trigger="transformers.models.ernie4_5_vl_moe.modeling_ernie4_5_vl_moe",
+        target="Ernie4_5_VLMoeMoeBlock.forward",
+        mode="route",
+        replacement="autopatch.areas.moe.experts:ernie4_5_vl_modality_experts",
+        requires=("transformers>=5",),
+        fingerprints=("adf4d691089c",),
+        reason="ERNIE 4.5 VL sends text tokens to its text experts and vision tokens to its vision experts: "
+        "`if moe_mm_token_type_ids.any()` (a guard on data) chooses the path, boolean masks select the tokens "
+        "(data-dependent sizes). Under export both expert sets run on every token and each token keeps its own "
+        "modality's output and router logits.",
+    ),
+    PatchSpec(
         id="transformers.moe.xmod_lang_adapter",
         family="transformers",
         trigger="transformers.models.xmod.modeling_xmod",
@@ -263,6 +277,13 @@ SUMMARIES = (
         "DBRX's 5.x experts are not behind transformers' experts implementations and loop over "
         "`nonzero()` of the experts hit; every expert on every token instead (5.23's source; 5.3-5.12 "
         'reshape by the wrong size, which eager itself fails on).',
+    ),
+    (
+        ("transformers.moe.ernie4_5_vl_modality_experts",),
+        "ERNIE 4.5 VL's 5.x block sends text tokens to its text experts and image and video tokens to its vision "
+        "experts, choosing the path with `if moe_mm_token_type_ids.any()` and the tokens by boolean masks "
+        "(data-dependent sizes): both expert sets run on every token, each token keeps its own modality's output "
+        "and router logits (the second set's cost on every token, under export only).",
     ),
     (
         ("transformers.moe.xmod_lang_adapter",),

@@ -515,6 +515,12 @@ def lfm3_vl_image_features(get_image_features):
     return _features_one_element(get_image_features, "image_features", tower="vision_tower")
 
 
+def ernie4_5_vl_image_features(get_image_features):
+    """The same for ERNIE 4.5 VL's ``get_image_features`` (5.23), which resamples the tower's output
+    (``image_embeds``) and splits it through ``self.vision_tower``."""
+    return _features_one_element(get_image_features, "image_embeds", tower="vision_tower")
+
+
 def dots3_note_image_features(get_image_features):
     """The same for dots.ocr 3's ``get_image_features`` (5.23), which splits the tower's output in place with the
     tensor's own ``split`` method, its sizes read through ``self.vision_tower``."""
@@ -646,6 +652,16 @@ def qwen2_5_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=Non
     interval = None if seconds is None else self.config.vision_config.tokens_per_second * seconds
     return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask,
                        intervals=(None, interval))
+
+
+def ernie4_5_vl_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,
+                           attention_mask=None, **kwargs):
+    """``Ernie4_5_VLMoeModel.get_rope_index`` (5.23): Qwen2-VL's, except that a video's frames are merged
+    ``temporal_merge_size`` at a time (the resampler pairs them), so its grid has that many times fewer."""
+    if video_grid_thw is not None:
+        merge = self.config.vision_config.temporal_merge_size
+        video_grid_thw = torch.cat([video_grid_thw[:, :1] // merge, video_grid_thw[:, 1:]], dim=1)
+    return _rope_index(self, input_ids, mm_token_type_ids, image_grid_thw, video_grid_thw, attention_mask)
 
 
 def qwen2_vl_rope_index_4x(self, input_ids=None, image_grid_thw=None, video_grid_thw=None, attention_mask=None):

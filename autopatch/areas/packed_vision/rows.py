@@ -91,6 +91,10 @@ PACKED_VISION_MODELS = (
                 "a653e41203a3", "dots3_note_image_features", None, None),
     # LFM3-VL: a tower of gated depthwise convolutions over each frame's grid (own rows below) and attention layers
     # (the loop form, the caller's mask passed to each chunk); its text model numbers positions with arange.
+    # ERNIE 4.5 VL MoE: Qwen2-VL's tower attention and rope index (videos' frames merged in pairs), its own
+    # resampler between the tower and the split (own row below).
+    PackedModel("ernie4_5_vl_moe", "Ernie4_5_VLMoeVisionAttention", "b918fa098915", "Ernie4_5_VLMoeModel",
+                "9634cab8e9dc", "ernie4_5_vl_image_features", "69ad49d157f4", "ernie4_5_vl_rope_index"),
     PackedModel("lfm3_vl", "Lfm3VlVisionAttention", "ec0556705d2f", "Lfm3VlModel",
                 "57d08292cba4", "lfm3_vl_image_features", None, None),
 )
@@ -123,6 +127,11 @@ OWN_ROWS = (
            "fb02abf6859b", "Lfm3VlVisionShortConv.forward rasters each image's frames to their grid and convolves "
            "them depthwise in a loop over the images. The same convolution at once: every patch sums its k x k "
            "neighbours in its frame, found by their place in the packed sequence (zero outside, as the padding)."),
+    OwnRow("ernie4_5_vl_moe", "resampler_packed", "Ernie4_5_VLMoeVariableResolutionResamplerModel._temporal_slicing",
+           "route", "ernie4_5_vl:temporal_pairs", "f746a66d89ab", "Ernie4_5_VLMoeVariableResolutionResampler"
+           "Model._temporal_slicing lists each image's frame pairs in a Python loop over the grid's rows "
+           "(range over a tensor's value), which fixes the number of images and reads their frame counts. The same "
+           "pairs for every merged token at once: each finds its image and frame pair by its place in the sequence."),
     # HunYuan-VL: a tower of its own (learned positions resampled per image, no rotary positions: no
     # get_vision_position_ids to route) merging each image with a convolution and newline tokens; Qwen2-VL's
     # attention chunks and feature split in sources of its own; a rope index of its own. Each row is needed: without
@@ -336,9 +345,10 @@ _TOWER_ROWS = ("patch_positions_packed", "attention_packed")
 GATED_DELTA_TEXT = ("qwen3_5", "qwen3_5_moe", "qwen4_exp")
 
 #: Other rows a model's text model needs for its prefill to export: Qwen4-Exp's sparse-attention indexer, MiniCPM-V
-#: 4.7's Qwen3.5 text model's gated delta scan.
+#: 4.7's Qwen3.5 text model's gated delta scan, ERNIE 4.5 VL's text and vision experts.
 TEXT_NEEDS = {"qwen4_exp": ("transformers.masks.qwen4_exp_block_selection",),
-              "minicpmv4_7": ("transformers.qwen3_5.gated_delta_scan",)}
+              "minicpmv4_7": ("transformers.qwen3_5.gated_delta_scan",),
+              "ernie4_5_vl_moe": ("transformers.moe.ernie4_5_vl_modality_experts",)}
 
 
 #: The models of PACKED_VISION_MODELS: their rows need the table's (PACKED_CORE); the other models' are all in
@@ -714,6 +724,14 @@ SUMMARIES = (
         "split: the same four rows as Qwen2.5-VL's tower and features (positions, attention, windows, features); "
         "its text model numbers positions with arange, so there is no rope index row (its sliding-window layers use "
         "`transformers.cache.sliding_update`).",
+    ),
+    (
+        ('transformers.vision.ernie4_5_vl_moe_*',),
+        "ERNIE 4.5 VL MoE (5.23): Qwen2-VL's tower attention and positions, its rope index with a video's frames "
+        "merged in pairs, the feature split through `self.vision_tower`: the rows above. Between the tower and the "
+        "split, its resampler lists each image's frame pairs in a Python loop over the grid (`_resampler_packed`: "
+        "each merged token finds its image and frame pair at once). Its text model's experts also need "
+        "`transformers.moe.ernie4_5_vl_modality_experts`; give it `moe_mm_token_type_ids` as its processor does.",
     ),
     (
         ('transformers.vision.muse_spark_*', 'transformers.vision.muse_glimmer_*'),
