@@ -330,6 +330,21 @@ def test_seq2seq_decode_caches_hold_the_whole_prefix(model_type):
         assert cache.self_attention_cache.get_seq_length() == past, (k, past)
 
 
+def test_pop2piano_features_are_its_encoders_input_embeddings_with_their_mask():
+    """Pop2Piano takes ``input_features`` that its T5 encoder reads as input embeddings (the encoder's own main
+    input is input_ids): the harness gives frames of the model's width, with the frames' mask its feature extractor
+    gives a batch, and eager runs the forward and decode sets."""
+    arch = tiny.architecture("pop2piano", "speech")
+    model = tiny.build(arch)
+    forward = tiny.inputs(model, arch, "forward", 0)
+    features = forward["input_features"]
+    assert features.dim() == 3 and features.shape[-1] == model.config.d_model
+    assert torch.equal(forward["attention_mask"], torch.ones(features.shape[:2], dtype=torch.long))
+    with torch.no_grad():
+        model(**forward)
+        model(**tiny.inputs(model, arch, "decode", 0))
+
+
 @requires("transformers>=5.13")
 @pytest.mark.parametrize("model_type", ["qwen2_vl", "mllama", "idefics3", "ernie4_5_vl_moe"])
 def test_padded_vlm_prefill_shifts_every_token_input_and_runs_in_eager(model_type):

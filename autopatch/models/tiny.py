@@ -1166,13 +1166,17 @@ SPEECH_FORWARD = [(2, 4), (3, 6), (4, 3)]  # (batch, decoder tokens)
 SPEECH_FRAMES = [40, 48, 56]  # where the encoder takes any length
 
 
-def _audio_candidates(model, batch: int, k: int, g) -> list:
+def _audio_candidates(model, batch: int, k: int, g, embeds: bool = False) -> list:
     """Input shapes an audio encoder may take, most specific first: Whisper's exact frame count, mel bins x
-    frames, frames x features (Speech2Text), raw samples (Moonshine, wav2vec2 encoders)."""
+    frames, frames x features (Speech2Text), raw samples (Moonshine, wav2vec2 encoders). ``embeds``: features that
+    are the encoder's input embeddings (Pop2Piano), frames x its width."""
     import torch
 
     config = getattr(model.config, "encoder", None) or getattr(model.config, "encoder_config", None) or model.config
     frames = SPEECH_FRAMES[k]
+    if embeds:
+        width = getattr(config, "d_model", None) or getattr(config, "hidden_size", None)
+        return [torch.randn(batch, frames, width, generator=g)]
     found = []
     mel = getattr(config, "num_mel_bins", None)
     source = getattr(config, "max_source_positions", None)
@@ -1189,18 +1193,30 @@ def _audio_candidates(model, batch: int, k: int, g) -> list:
     return found
 
 
+def _audio_names(model) -> tuple:
+    """The audio's keyword for the model and for its encoder: the encoder's own input name (a speech
+    encoder-decoder's wav2vec2 encoder takes input_values), except where the model takes ``input_features`` that
+    its text encoder gets as input embeddings (Pop2Piano's T5 stack: its main input is input_ids)."""
+    encoder = model.get_encoder()
+    name = getattr(encoder, "main_input_name", None) or getattr(model, "main_input_name", "input_features")
+    if name == "input_ids" and "input_features" in _forward_params(type(model)) \
+            and "inputs_embeds" in _forward_params(type(encoder)):
+        return "input_features", "inputs_embeds"
+    return name, name
+
+
 def _audio(model, batch: int, k: int, g):
-    """The first candidate input the model's encoder takes (its eager encoder is the judge)."""
+    """The first candidate input the model's encoder takes (its eager encoder is the judge): the model's keyword
+    for it, and the audio."""
     import torch
 
     encoder = model.get_encoder()
-    # the encoder's own input name (a speech encoder-decoder's wav2vec2 encoder takes input_values)
-    name = getattr(encoder, "main_input_name", None) or getattr(model, "main_input_name", "input_features")
+    name, encoder_name = _audio_names(model)
     errors = []
-    for candidate in _audio_candidates(model, batch, k, g):
+    for candidate in _audio_candidates(model, batch, k, g, embeds=encoder_name != name):
         try:
             with torch.no_grad():
-                encoder(**{name: candidate})
+                encoder(**{encoder_name: candidate})
             return name, candidate
         except Exception as exc:
             errors.append(first_line(exc))
@@ -1216,14 +1232,17 @@ def _speech_inputs(model, step: str, k: int) -> dict:
     if step == "forward":
         batch, seq = SPEECH_FORWARD[k]
         name, audio = _audio(model, batch, k, g)
-        return _scrub({name: audio, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq), "use_cache": False},
-                      model.config)
+        found = {name: audio, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq), "use_cache": False}
+        if _audio_names(model)[1] == "inputs_embeds":
+            # Pop2Piano's feature extractor gives a batch its frames' mask (4.57's encoder, traced, builds none)
+            found["attention_mask"] = torch.ones(audio.shape[:2], dtype=torch.long)
+        return _scrub(found, model.config)
     batch, past, seq = SPEECH_DECODE[k]
     name, audio = _audio(model, batch, k, g)
     with torch.no_grad():
         out = model(**{name: audio}, decoder_input_ids=builders.random_ids(g, vocab, batch, past), use_cache=True)
         # the encoder's own output type: Canary's carries the encoder's attention mask the decoder reads
-        encoded = model.get_encoder()(**{name: audio})
+        encoded = model.get_encoder()(**{_audio_names(model)[1]: audio})
     if not hasattr(encoded, "last_hidden_state"):
         encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
     return _scrub({"encoder_outputs": encoded, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq),
