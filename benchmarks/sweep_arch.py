@@ -293,6 +293,9 @@ def advance(inputs: dict, output, token) -> dict:
 
     decoder = "decoder_input_ids" in inputs
     following = dict(inputs)
+    ids = inputs["decoder_input_ids" if decoder else "input_ids"]
+    if ids.dim() == 3:  # one code per codebook at each position (Dia): its logits' rows are (sample, codebook)
+        token = token.view(ids.shape[0], -1, 1).transpose(1, 2).contiguous()
     following["decoder_input_ids" if decoder else "input_ids"] = token
     for name in CACHE_FIELDS:
         if name in inputs:

@@ -194,6 +194,34 @@ def test_an_export_failure_that_eager_shares_on_a_padded_batch_is_upstream():
     assert errors["llama"] == errors["dots3_note"] == "", errors
 
 
+def test_dia_reads_text_and_decodes_one_code_per_codebook_each_step():
+    """Dia (text to speech): its encoder reads text token ids and its decoder one code per codebook at each
+    position, ``(batch, length, channels)`` as its generate() gives them, cross-attending to the encoder's width
+    (cross sizes shrunk with it). Eager runs the forward and decode sets, and the sweep's next loop step puts each
+    (sample, codebook) row's token back at its codebook, which eager runs too."""
+    import sweep_arch
+
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("dia", "speech")
+    model = tiny.build(arch)
+    decoder = model.config.decoder_config
+    assert decoder.cross_hidden_size == model.config.encoder_config.hidden_size
+    forward, decode = (tiny.inputs(model, arch, step, 0) for step in ("forward", "decode"))
+    assert forward["input_ids"].dtype == torch.long
+    batch, channels = decode["encoder_outputs"].last_hidden_state.shape[0], decoder.num_channels
+    assert forward["decoder_input_ids"].shape[::2] == (forward["input_ids"].shape[0], channels)
+    with torch.no_grad():
+        model(**forward)
+        out = model(**copy.deepcopy(decode))
+    token = out.logits[:, -1].argmax(-1, keepdim=True)  # rows (sample, codebook)
+    following = sweep_arch.advance(decode, out, token)["decoder_input_ids"]
+    assert following.shape == (batch, 1, channels) and following.is_contiguous()
+    assert torch.equal(following.reshape(-1), token.reshape(-1))
+    with torch.no_grad():
+        model(**sweep_arch.advance(decode, out, token))
+
+
 @requires("transformers>=5")  # 4.57's eager RecurrentGemma fails on its own prefill (upstream, another verdict)
 def test_a_model_that_keeps_its_state_in_its_modules_has_an_upstream_decode():
     """RecurrentGemma's recurrent blocks hold their states as module attributes (its _setup_cache) and its output

@@ -154,16 +154,18 @@ SIZES = {
                      "adapter_in_dim", "adapter_out_dim", "adapter_input_size", "moe_hidden_size",
                      "image_token_embed_dim", "d_latents", "backbone_hidden_size",
                      # Gemma 4 Unified's patch embedder (its width, and its projection's)
-                     "mm_embed_dim", "output_proj_dims"),
+                     "mm_embed_dim", "output_proj_dims",
+                     # Dia's decoder cross-attends to its encoder's states, of the encoder's width
+                     "cross_hidden_size"),
                     HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                      "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder",
                      "encoder_num_attention_heads", "decoder_num_attention_heads", "speech_encoder_attention_heads",
                      "t2u_encoder_attention_heads", "t2u_decoder_attention_heads", "linear_num_heads",
-                     "num_self_attention_heads", "num_cross_attention_heads"), HEADS),
+                     "num_self_attention_heads", "num_cross_attention_heads", "cross_num_attention_heads"), HEADS),
     **dict.fromkeys(("head_dim", "d_kv", "kv_channels", "d_head", "attention_head_dim", "global_head_dim",
                      "mamba_headdim", "linear_key_head_dim", "linear_value_head_dim", "linear_head_dim", "v_head_dim",
-                     "hidden_size_per_layer_input"), HEAD_DIM),
+                     "hidden_size_per_layer_input", "cross_head_dim"), HEAD_DIM),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
                      "mlp_dim", "d_inner", "ffn_hidden_size", "dense_intermediate_size",
                      "projector_intermediate_size", "text_intermediate_size", "vision_intermediate_size"), FFN),
@@ -193,7 +195,7 @@ AT_MOST = ("max_source_positions", "num_filters", "base_channels", "latent_chann
 STAGE_WIDTHS = ("hidden_sizes", "downsample_channels")  # (DeepSeek-OCR 2: SAM neck to the encoder width)
 STAGE_DEPTHS = ("depths",)
 KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
-                 "encoder_num_key_value_heads", "decoder_num_key_value_heads")
+                 "encoder_num_key_value_heads", "decoder_num_key_value_heads", "cross_num_key_value_heads")
 HEAD_NAMES = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 LAYER_NAMES = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "num_encoder_layers",
                "encoder_layers", "decoder_layers", "text_num_hidden_layers", "vision_num_hidden_layers",
@@ -1212,6 +1214,8 @@ def _audio(model, batch: int, k: int, g):
 
     encoder = model.get_encoder()
     name, encoder_name = _audio_names(model)
+    if encoder_name == "input_ids":  # a text-to-speech model (Dia): its encoder reads text
+        return name, builders.random_ids(g, vocab_size(encoder.config), batch, SPEECH_FRAMES[k] // 4)
     errors = []
     for candidate in _audio_candidates(model, batch, k, g, embeds=encoder_name != name):
         try:
@@ -1223,16 +1227,34 @@ def _audio(model, batch: int, k: int, g):
     raise BuildError(f"no audio input shape fits the encoder: {errors[0]}")
 
 
+def _code_channels(model) -> int:
+    """Audio codebooks per decoder position: a text-to-speech decoder (Dia) reads one code per codebook at each
+    position, every other decoder one token."""
+    decoder = getattr(model.config, "decoder_config", None)
+    if _audio_names(model)[1] != "input_ids" or not _is_config(decoder):
+        return 1
+    return getattr(decoder, "num_channels", 1)
+
+
+def _decoder_ids(g, vocab: int, batch: int, length: int, channels: int):
+    """Decoder tokens, or (``channels`` > 1) audio codes as Dia's generate() gives them: ``(batch, length,
+    channels)``, contiguous (its documented ``(batch * channels, length)`` form fails in eager past one position:
+    the model transposes it and its embedding views the result)."""
+    ids = builders.random_ids(g, vocab, batch * channels, length)
+    return ids if channels == 1 else ids.view(batch, channels, length).transpose(1, 2).contiguous()
+
+
 def _speech_inputs(model, step: str, k: int) -> dict:
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
     g = builders.generator(k + 1)
-    vocab = vocab_size(model.config)
+    channels = _code_channels(model)
+    vocab = vocab_size(model.config.decoder_config if channels > 1 else model.config)
     if step == "forward":
         batch, seq = SPEECH_FORWARD[k]
         name, audio = _audio(model, batch, k, g)
-        found = {name: audio, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq), "use_cache": False}
+        found = {name: audio, "decoder_input_ids": _decoder_ids(g, vocab, batch, seq, channels), "use_cache": False}
         if _audio_names(model)[1] == "inputs_embeds":
             # Pop2Piano's feature extractor gives a batch its frames' mask (4.57's encoder, traced, builds none)
             found["attention_mask"] = torch.ones(audio.shape[:2], dtype=torch.long)
@@ -1240,12 +1262,12 @@ def _speech_inputs(model, step: str, k: int) -> dict:
     batch, past, seq = SPEECH_DECODE[k]
     name, audio = _audio(model, batch, k, g)
     with torch.no_grad():
-        out = model(**{name: audio}, decoder_input_ids=builders.random_ids(g, vocab, batch, past), use_cache=True)
+        out = model(**{name: audio}, decoder_input_ids=_decoder_ids(g, vocab, batch, past, channels), use_cache=True)
         # the encoder's own output type: Canary's carries the encoder's attention mask the decoder reads
         encoded = model.get_encoder()(**{_audio_names(model)[1]: audio})
     if not hasattr(encoded, "last_hidden_state"):
         encoded = BaseModelOutput(last_hidden_state=out.encoder_last_hidden_state)
-    return _scrub({"encoder_outputs": encoded, "decoder_input_ids": builders.random_ids(g, vocab, batch, seq),
+    return _scrub({"encoder_outputs": encoded, "decoder_input_ids": _decoder_ids(g, vocab, batch, seq, channels),
                    "past_key_values": out.past_key_values}, model.config)
 
 
