@@ -294,8 +294,13 @@ def advance(inputs: dict, output, token) -> dict:
     decoder = "decoder_input_ids" in inputs
     following = dict(inputs)
     ids = inputs["decoder_input_ids" if decoder else "input_ids"]
-    if ids.dim() == 3:  # one code per codebook at each position (Dia): its logits' rows are (sample, codebook)
+    if ids.dim() == 3 and token.shape[0] != ids.shape[0]:
+        # one code per codebook at each position (Dia): its logits' rows are (sample, codebook)
         token = token.view(ids.shape[0], -1, 1).transpose(1, 2).contiguous()
+    elif ids.dim() == 3:
+        # a text token beside each audio codebook's code (Kyutai's speech-to-text): the model predicts the text; a
+        # runtime reads the next frame's codes from its codec, here the last frame's again
+        token = torch.cat([token[..., None], ids[:, -1:, 1:]], dim=-1)
     following["decoder_input_ids" if decoder else "input_ids"] = token
     for name in CACHE_FIELDS:
         if name in inputs:

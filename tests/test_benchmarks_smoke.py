@@ -222,6 +222,38 @@ def test_dia_reads_text_and_decodes_one_code_per_codebook_each_step():
         model(**sweep_arch.advance(decode, out, token))
 
 
+def test_kyutai_stt_reads_a_text_token_and_every_codebooks_code_at_each_position():
+    """Kyutai's speech-to-text decoder sums, at each position, a text token and one code per audio codebook:
+    ``(batch, length, 1 + codebooks)``, one row per sample (not MusicGen's row per codebook), codes below the audio
+    special ids. Eager runs the prefill, a left-padded prefill and the decode set; the loop's next step is the
+    predicted text token beside the last frame's codes (a runtime reads the next frame's from its codec)."""
+    import sweep_arch
+
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("kyutai_speech_to_text", "speech")
+    model = tiny.build(arch)
+    config = model.config
+    forward, decode = (tiny.inputs(model, arch, step, 0) for step in ("forward", "decode"))
+    padded = tiny.inputs(model, arch, "forward", 1, padded=True)
+    for found in (forward, decode, padded):
+        ids = found["input_ids"]
+        assert ids.dim() == 3 and ids.shape[2] == 1 + config.num_codebooks
+        assert ids.shape[:2] == found["attention_mask"].shape[:1] + (ids.shape[1],)
+        assert int(ids[..., 1:].max()) < config.audio_bos_token_id
+    assert not bool(padded["attention_mask"].all())
+    with torch.no_grad():
+        model(**forward)
+        model(**padded)
+        out = model(**copy.deepcopy(decode))
+    token = out.logits[:, -1].argmax(-1, keepdim=True)
+    following = sweep_arch.advance(decode, out, token)
+    ids = following["input_ids"]
+    assert torch.equal(ids[:, 0, 0], token[:, 0]) and torch.equal(ids[:, :, 1:], decode["input_ids"][:, -1:, 1:])
+    with torch.no_grad():
+        model(**following)
+
+
 @requires("transformers>=5")  # 4.57's eager RecurrentGemma fails on its own prefill (upstream, another verdict)
 def test_a_model_that_keeps_its_state_in_its_modules_has_an_upstream_decode():
     """RecurrentGemma's recurrent blocks hold their states as module attributes (its _setup_cache) and its output

@@ -60,6 +60,33 @@ def random_ids(g, vocab, *shape, low=3):
     return torch.randint(low, vocab, shape, generator=g)
 
 
+def code_streams(config) -> tuple | None:
+    """(codebooks, codes per codebook) of a decoder that reads, at each position, a text token and one audio code
+    per codebook (Kyutai's speech-to-text: its embedding sums them); None for a decoder of text tokens. Codes stay
+    below the audio special ids (begin, pad), as a codec's are."""
+    given = getattr(config, "code_streams", False)
+    if given is not False:  # a _Vocab stand-in carries the real config's
+        return given
+    codebooks, codes = getattr(config, "num_codebooks", None), getattr(config, "codebook_vocab_size", None)
+    if not (isinstance(codebooks, int) and isinstance(codes, int)):
+        return None
+    specials = [getattr(config, name, None) for name in ("audio_bos_token_id", "audio_pad_token_id")]
+    return codebooks, min([codes, *(i for i in specials if isinstance(i, int) and i < codes)])
+
+
+def token_ids(g, config, batch, seq):
+    """Random input ids: ``(batch, seq)`` text tokens, or for a decoder of code streams (``code_streams``) each
+    position's text token and codes, ``(batch, seq, 1 + codebooks)``."""
+    import torch
+
+    ids = random_ids(g, vocab_of(config), batch, seq)
+    streams = code_streams(config)
+    if streams is None:
+        return ids
+    codebooks, codes = streams
+    return torch.cat([ids[..., None], random_ids(g, codes, batch, seq, codebooks, low=0)], dim=-1)
+
+
 def generator(seed):
     import torch
 
@@ -171,8 +198,8 @@ def left_pad(inputs: dict, pads: list, pad_token: int) -> dict:
 
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     for row, pad in enumerate(pads):
-        if pad:
-            ids[row] = torch.cat([torch.full((pad,), pad_token, dtype=ids.dtype), ids[row, :-pad]])
+        if pad:  # (code streams: every stream of a pad position padded)
+            ids[row] = torch.cat([torch.full((pad, *ids.shape[2:]), pad_token, dtype=ids.dtype), ids[row, :-pad]])
             mask[row] = torch.cat([torch.zeros(pad, dtype=mask.dtype), mask[row, :-pad]])
     return inputs
 
@@ -199,7 +226,7 @@ def prefill_inputs(model, config, batch, seq, seed, pads=None):
     import torch
 
     g = generator(seed)
-    inputs = {"input_ids": random_ids(g, vocab_of(config), batch, seq)}
+    inputs = {"input_ids": token_ids(g, config, batch, seq)}
     # a mamba model's mask only matters when a batch is padded (generate() passes it then)
     mamba = getattr(config, "model_type", "").startswith("mamba")
     if accepts(model, "attention_mask") and (pads is not None or not mamba):
@@ -281,7 +308,7 @@ def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False,
 
     g = generator(seed)
     vocab = vocab_of(config)
-    prefill = {"input_ids": random_ids(g, vocab, batch, past), "use_cache": True}
+    prefill = {"input_ids": token_ids(g, config, batch, past), "use_cache": True}
     if pads is not None:
         prefill["attention_mask"] = torch.ones(batch, past, dtype=torch.long)
         generate_positions(model, left_pad(prefill, pads, pad_token_id_of(config)), past)
@@ -297,7 +324,7 @@ def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False,
         prefill["past_key_values"] = own
     with torch.no_grad():
         name, cache = find_cache(model(**prefill), model)
-    inputs = {"input_ids": random_ids(g, vocab, batch, seq), name: cache}
+    inputs = {"input_ids": token_ids(g, config, batch, seq), name: cache}
     # Mamba's generate() drops the mask after the prefill (the state holds the padding already): so does its case.
     if accepts(model, "attention_mask") and not cache_position:
         past_mask = prefill.get("attention_mask", torch.ones(batch, past, dtype=torch.long))

@@ -1029,6 +1029,7 @@ class _Vocab:
         self.vocab_size = vocab_size(config)
         self.pad_token_id = builders.pad_token_id_of(config)
         self.model_type = getattr(config, "model_type", "")
+        self.code_streams = builders.code_streams(config)
 
 
 def vocab_size(config) -> int:
@@ -1061,9 +1062,11 @@ def _ema_steps(model) -> bool:
 
 
 def _rows(config, batch: int) -> int:
-    """Token rows for ``batch`` samples: MusicGen's decoder takes one row per codebook of each sample."""
+    """Token rows for ``batch`` samples: MusicGen's decoder takes one row per codebook of each sample (a decoder
+    of code streams, Kyutai's, one row of every stream's codes: ``builders.code_streams``)."""
     codebooks = getattr(config, "num_codebooks", None)
-    return batch * codebooks if _is_int(codebooks) and codebooks > 1 else batch
+    rows = _is_int(codebooks) and codebooks > 1 and builders.code_streams(config) is None
+    return batch * codebooks if rows else batch
 
 
 def _decoder_inputs(model, step: str, k: int, padded: bool) -> dict:
