@@ -249,9 +249,9 @@ FLAT_ONE_FRAME_PATCHES = ("ernie4_5_vl_moe",)
 #: and its start token (ERNIE 4.5 VL).
 MOE_TOKEN_TYPES = ("ernie4_5_vl_moe",)
 
-#: The models whose images have one frame, as their processors make them: GLM-4V's tower resamples its position
-#: grid by each frame's index (a two-frame image is misread in eager too); ERNIE 4.5 VL's resampler pairs frames
-#: (a two-frame image gives half the tokens).
+#: The models whose images have one frame, as their processors make them (4.57's ``_4x`` too): GLM-4V's tower
+#: resamples its position grid by each frame's index (a two-frame image is misread in eager too); ERNIE 4.5 VL's
+#: resampler pairs frames (a two-frame image gives half the tokens).
 ONE_FRAME_IMAGES = ("glm4v", "glm4v_moe", "glm_ocr", "glm46v", "ernie4_5_vl_moe")
 
 
@@ -281,7 +281,8 @@ def others(name):
     and text lengths. GLM-4V's have one frame per image, as its processor makes them (its tower's position
     resampling reads the grid of each frame's index, so a two-frame image is misread in eager too), as ERNIE 4.5
     VL's (ONE_FRAME_IMAGES)."""
-    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if name in ONE_FRAME_IMAGES else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
+    one_frame = name.removesuffix("_4x") in ONE_FRAME_IMAGES
+    first = [(1, 4, 4), (1, 6, 4), (1, 8, 4)] if one_frame else [(1, 4, 4), (2, 4, 6), (1, 8, 4)]
     return [for_model(name, prefill(first, text_len=7, seed=1, merges=_merges(name, 1))),
             for_model(name, prefill([(1, 6, 6)], 3, seed=2, merges=_merges(name, 2)))]
 
