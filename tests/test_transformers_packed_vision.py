@@ -47,6 +47,8 @@ FAILS = "data-dependent|specialized it to be a constant|specialized value"
 
 #: The rows of a 5.23 model's tower (``transformers.vision.<tower>_<row>``), another model's for BORROWED_TOWERS.
 TOWER_ROWS = ("patch_positions_packed", "attention_packed")
+#: The models of the table (PACKED_VISION_MODELS); the others' rows are all their own (OWN_ROWS).
+TABLE_MODELS = frozenset(row.model for row in packed_rows.PACKED_VISION_MODELS)
 
 
 def _rows(model):
@@ -57,6 +59,9 @@ def _rows(model):
         return tuple(f"transformers.vision.{name}_{row}_4x" for row in (
             "rot_pos_emb", "attention_packed", "image_features_packed", "placeholder_check", "rope_index", *own)
         ) + TEXT_NEEDS_4X.get(model, ())
+    own = tuple(f"transformers.vision.{model}_{row.name}" for row in packed_rows.OWN_ROWS if row.model == model)
+    if model not in TABLE_MODELS:  # a tower of its own (Cosmos3-Edge): its own rows are all it needs
+        return own
     tower = packed_rows.BORROWED_TOWERS.get(model, model)  # GLM-4.6V and Cosmos3-Omni: another model's tower
     rows = [f"transformers.vision.{tower}_{row}" for row in TOWER_ROWS]
     rows += [f"transformers.vision.{model}_{row}" for row in ("image_features_packed", "rope_index")
@@ -65,7 +70,7 @@ def _rows(model):
         rows.append(f"transformers.vision.{model}_windows_packed")
     if tower in packed_rows.INTERPOLATION_MODELS:
         rows.append(f"transformers.vision.{tower}_interpolation_packed")
-    rows += [f"transformers.vision.{model}_{row.name}" for row in packed_rows.OWN_ROWS if row.model == model]
+    rows += own
     if model in packed_rows.GATED_DELTA_TEXT:  # their text models' linear-attention layers
         rows.append(f"transformers.{model}.gated_delta_scan")
     rows += packed_rows.TEXT_NEEDS.get(model, ())  # ERNIE 4.5 VL's text and vision experts
@@ -277,7 +282,8 @@ def _random_batches(model, seed, count=60):
 @pytest.mark.parametrize("model", [pytest.param(m, marks=V5) for m in NAMES_5 if m not in packed_rows.NO_ROPE_INDEX])
 def test_rope_index_equals_upstream_on_mixed_batches(model):
     """The replacement of each 5.23 model against its own get_rope_index, with and without an attention mask."""
-    rope = next(row for row in packed_rows.PACKED_VISION_MODELS if row.model == model).rope_index
+    rope = next((row.rope_index for row in packed_rows.PACKED_VISION_MODELS if row.model == model), None) or next(
+        row.replacement for row in packed_rows.OWN_ROWS if (row.model, row.name) == (model, "rope_index"))
     replacement = getattr(packed, rope)  # GLM-4V: Qwen3-VL's, with its batches (a vision start before each frame)
     language = packed_vlms.build(model).model
     rng = random.Random(1)
@@ -367,6 +373,28 @@ def test_lfm3_vl_convolution_equals_upstream(kernel):
         with torch.no_grad():  # outside export: upstream's forward
             expected, got = conv(hidden, grids.tolist()), packed.lfm3_vl_conv_packed(conv, hidden, grids)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@V5
+@pytest.mark.parametrize("side", [16, 5])  # the checkpoints' 16 x 16 reference grid, and an odd one
+def test_cosmos3_edge_positions_equal_upstream(side):
+    """Every patch's position embedding from the separable antialiased bilinear weights is upstream's per-image
+    F.interpolate: images smaller than the reference grid (the filter widened), equal, and larger, with several
+    frames, in one batch."""
+    from transformers.models.cosmos3_edge.modeling_cosmos3_edge import Cosmos3EdgeVisionEmbeddings
+
+    from autopatch.areas.packed_vision import cosmos3_edge
+
+    rng = random.Random(9)
+    torch.manual_seed(9)
+    table = torch.randn(side, side, 8)
+    for _ in range(30):
+        grids = torch.tensor([(rng.randint(1, 2), MERGE * rng.randint(1, 20), MERGE * rng.randint(1, 20))
+                              for _ in range(rng.randint(1, 3))])
+        expected = Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings(table, grids, MERGE)
+        # upstream resamples one axis, rounds, then the other: float rounding apart (2e-6 measured)
+        torch.testing.assert_close(cosmos3_edge.positions_packed(table, grids, MERGE), expected, rtol=1e-5,
+                                   atol=1e-5)
 
 
 @V5

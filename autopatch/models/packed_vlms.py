@@ -6,8 +6,9 @@ definition for the tests and any tool that builds them.
                GLM-4.6V and Cosmos3-Omni (GLM-4V's and Qwen3-VL's towers themselves), and EXAONE 4.5 (Qwen2.5-VL's
                tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL,
                Video-LLaMA-3 (SigLIP towers packed the same way, one frame per patch; Video-LLaMA-3 takes a merge
-               size per image), LFM3-VL (convolution and attention layers in its tower) and ERNIE 4.5 VL MoE
-               (Qwen2-VL's tower without a temporal patch, a resampler of its own, text and vision experts)
+               size per image), LFM3-VL (convolution and attention layers in its tower), ERNIE 4.5 VL MoE
+               (Qwen2-VL's tower without a temporal patch, a resampler of its own, text and vision experts) and
+               Cosmos3-Edge (a SigLIP 2 tower packed the same way, its learned positions resampled per image)
     NAMES_4    the three Qwen models, Qwen3-VL-MoE, GLM-4V and GLM-4V-MoE as 4.57 configures them (``<model>_4x``:
                the text settings and mrope elsewhere; GLM's videos between video-start and video-end tokens)
 
@@ -28,7 +29,7 @@ PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
            "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3",
-           "lfm3_vl", "ernie4_5_vl_moe")
+           "lfm3_vl", "ernie4_5_vl_moe", "cosmos3_edge")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -176,6 +177,15 @@ def _config(name):
                                              "rope_theta": 500000.0}},
             image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=VISION_START, image_end_token_id=125,
             video_start_token_id=VIDEO_START, video_end_token_id=VIDEO_END)
+    if name == "cosmos3_edge":  # a 4x4 learned position grid resampled per image (images of 4 to 8 patches a
+        # side: kept and enlarged), no temporal patch; M-RoPE in the shares of its default [24, 20, 20]
+        return t.Cosmos3EdgeConfig(
+            vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "patch_size": 4, "num_patches": 16, "spatial_merge_size": MERGE},
+            text_config={**TEXT, "head_dim": 16, "rope_parameters": {"rope_type": "default", "rope_theta": 1e8,
+                                                                    "mrope_section": [3, 3, 2]}},
+            projector_hidden_size=64, image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START,
+            vision_end_token_id=125)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -196,7 +206,8 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "exaone4_5": "Exaone4_5_ForConditionalGeneration",
                "paddleocr_vl": "PaddleOCRVLForConditionalGeneration",
                "video_llama_3": "VideoLlama3ForConditionalGeneration", "lfm3_vl": "Lfm3VlForConditionalGeneration",
-               "ernie4_5_vl_moe": "Ernie4_5_VLMoeForConditionalGeneration"}
+               "ernie4_5_vl_moe": "Ernie4_5_VLMoeForConditionalGeneration",
+               "cosmos3_edge": "Cosmos3EdgeForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -241,9 +252,9 @@ MERGE_SIZES = {"video_llama_3": ((1, 1), (1, 2, 1), (1,))}
 
 
 #: The models whose tower embeds one frame per patch (no temporal patch), pixels ``[patches, 3, 4, 4]``; ERNIE 4.5
-#: VL's flattened, ``[patches, 48]``.
+#: VL's and Cosmos3-Edge's flattened, ``[patches, 48]``.
 ONE_FRAME_PATCHES = ("paddleocr_vl", "video_llama_3")
-FLAT_ONE_FRAME_PATCHES = ("ernie4_5_vl_moe",)
+FLAT_ONE_FRAME_PATCHES = ("ernie4_5_vl_moe", "cosmos3_edge")
 
 #: The models whose processor also gives ``moe_mm_token_type_ids``, the tokens its vision experts take: the image's
 #: and its start token (ERNIE 4.5 VL).

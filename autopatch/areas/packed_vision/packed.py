@@ -521,6 +521,13 @@ def ernie4_5_vl_image_features(get_image_features):
     return _features_one_element(get_image_features, "image_embeds", tower="vision_tower")
 
 
+def projector_image_features(get_image_features):
+    """The same for Cosmos3-Edge's ``get_image_features`` (5.23), which splits its projector's output
+    (``image_embeds``) by the projector's merge size."""
+    return _features_one_element(get_image_features, "image_embeds", split_sizes=(
+        "split_sizes = (image_grid_thw.prod(-1) // self.projector.spatial_merge_size**2).tolist()"))
+
+
 def dots3_note_image_features(get_image_features):
     """The same for dots.ocr 3's ``get_image_features`` (5.23), which splits the tower's output in place with the
     tensor's own ``split`` method, its sizes read through ``self.vision_tower``."""

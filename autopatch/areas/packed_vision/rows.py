@@ -132,6 +132,26 @@ OWN_ROWS = (
            "Model._temporal_slicing lists each image's frame pairs in a Python loop over the grid's rows "
            "(range over a tensor's value), which fixes the number of images and reads their frame counts. The same "
            "pairs for every merged token at once: each finds its image and frame pair by its place in the sequence."),
+    # Cosmos3-Edge: a SigLIP 2 tower of its own packed the Qwen2-VL way (learned positions resampled per image,
+    # no rotary positions), Qwen2-VL's feature split through its projector, Qwen3-VL's rope index (the same rules:
+    # a video's frames split into one-frame grids). Each row is needed (tests/test_transformers_packed_vision.py).
+    OwnRow("cosmos3_edge", "positions_packed", "Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings", "route",
+           "cosmos3_edge:positions_packed", "48e62472ca4a", "Cosmos3EdgeVisionEmbeddings.resize_positional_"
+           "embeddings resamples the learned position grid to each image's size with an antialiased bilinear "
+           "F.interpolate in a loop over grid_thw.tolist() (the size is data: guard u1 > 0). The same filter's "
+           "weights along rows and columns for every patch at once, equal up to float rounding (2e-6 measured)."),
+    OwnRow("cosmos3_edge", "attention_packed", "Cosmos3EdgeVisionAttention.forward", "rewrite",
+           "cosmos3_edge:attention_one_call", "65390333e350", "Cosmos3EdgeVisionAttention.forward (eager and sdpa) "
+           "splits q/k/v per frame with lengths.tolist() and attends chunk by chunk. Rewritten from the source: "
+           "one attention call with a block-diagonal mask built from cu_seqlens, the same result."),
+    OwnRow("cosmos3_edge", "image_features_packed", "Cosmos3EdgeModel.get_image_features", "rewrite",
+           "projector_image_features", "061ed8fbaf14", "Cosmos3EdgeModel.get_image_features splits the merged "
+           "features per image with .tolist() sizes, which fixes the number of images; its caller concatenates "
+           "them at once. Rewritten from the source: one element with every image's features."),
+    OwnRow("cosmos3_edge", "rope_index", "Cosmos3EdgeModel.get_rope_index", "route", "qwen3_vl_rope_index",
+           "2f8e0191e981", "Cosmos3EdgeModel.get_rope_index groups each sample's tokens with itertools.groupby over "
+           "mm_token_type_ids.tolist() and walks the groups in Python (guard Eq(u0, 0)); Qwen3-VL's rules (a "
+           "video's frames as one-frame grids). The same 3-axis positions and deltas for every token at once."),
     # HunYuan-VL: a tower of its own (learned positions resampled per image, no rotary positions: no
     # get_vision_position_ids to route) merging each image with a convolution and newline tokens; Qwen2-VL's
     # attention chunks and feature split in sources of its own; a rope index of its own. Each row is needed: without
@@ -248,7 +268,10 @@ PLACEHOLDER_CHECK_STRICT = {"qwen2_vl": "e96fc4bdcbe2", "qwen3_vl": "e96fc4bdcbe
                             "cohere_compass": "e96fc4bdcbe2", "glm4v_moe": "be2b76473392", "glm_ocr": "be2b76473392",
                             "glm46v": "be2b76473392", "cosmos3_omni": "e96fc4bdcbe2", "qwen3_omni_moe": "192f5f0ed4a3",
                             "lfm3_vl": "e96fc4bdcbe2", "glm5_next": "45a611c1fdc8", "dots3_note": "4badf90758ac",
-                            "qwen4_exp": "e96fc4bdcbe2"}
+                            "qwen4_exp": "e96fc4bdcbe2", "cosmos3_edge": "e96fc4bdcbe2"}
+
+#: Of those, the models outside PACKED_VISION_MODELS (their rows in OWN_ROWS) -> the class of get_placeholder_mask.
+PLACEHOLDER_OWNERS = {"cosmos3_edge": "Cosmos3EdgeModel"}
 
 #: Of those, the get_placeholder_mask sources whose message is not Qwen2-VL's (by fingerprint) -> their rewriter;
 #: every other one's: packed_placeholder_check. dots.ocr 3's one check for every modality.
@@ -487,7 +510,7 @@ ROWS = (
             "message before the check runs; Dynamo fixes the image size to do so, without reporting it, and "
             "the program refuses other sizes. Rewritten from the source: the message is a lambda.",
         )
-        for model, _, _, owner, *_ in PACKED_VISION_MODELS
+        for model, owner in (*((row.model, row.owner) for row in PACKED_VISION_MODELS), *PLACEHOLDER_OWNERS.items())
         if model in PLACEHOLDER_CHECK_STRICT
     ),
     # 4.57's Qwen2-VL, Qwen2.5-VL, Qwen3-VL and models of their sources: the same problems in 4.x sources (the rope
@@ -760,6 +783,15 @@ SUMMARIES = (
         "video and audio 4.x's way in Python (`_rope_index`: for text and images, every token at once, an image's "
         "frames `position_id_per_seconds` apart, the deltas over the kept tokens, Qwen3-Omni's in float with "
         "dropped tokens at 0; prompts with audio or video keep the original, which still stops the export).",
+    ),
+    (
+        ('transformers.vision.cosmos3_edge_*',),
+        "Cosmos3-Edge (5.23): a SigLIP 2 tower of its own packed the Qwen2-VL way. Its learned position grid is "
+        "resampled to each image's size with an antialiased bilinear `F.interpolate` in a loop over the grid "
+        "(`_positions_packed`: the filter's row and column weights for every patch at once, equal up to float "
+        "rounding); its attention attends frame by frame (`_attention_packed`: one call with the block-diagonal "
+        "mask); the feature split goes through its projector (`_image_features_packed`); its rope index is "
+        "Qwen3-VL's (`_rope_index`); strict export also needs `_placeholder_check_packed`.",
     ),
     (
         ('transformers.vision.hunyuan_vl_*',),
