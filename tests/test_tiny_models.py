@@ -272,7 +272,9 @@ def test_every_decode_step_returns_the_cache_it_was_given_one_position_longer(mo
     assert out.past_key_values.get_seq_length() == past + inputs["input_ids"].shape[1]
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next", "got_ocr2"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "llava_next", "got_ocr2",
+                                        # one block of pixels per language-model token, channels last
+                                        pytest.param("inkling2", marks=requires("transformers>=5.13"))])
 def test_vlm_input_sets_differ_and_hold_two_images_or_more(model_type):
     arch = _arch("vlm", model_type)
     model = tiny.build(arch)

@@ -7,8 +7,9 @@ definition for the tests and any tool that builds them.
                tower with grouped key/value heads, a text model without a 3-axis rope index); PaddleOCR-VL,
                Video-LLaMA-3 (SigLIP towers packed the same way, one frame per patch; Video-LLaMA-3 takes a merge
                size per image), LFM3-VL (convolution and attention layers in its tower), ERNIE 4.5 VL MoE
-               (Qwen2-VL's tower without a temporal patch, a resampler of its own, text and vision experts) and
-               Cosmos3-Edge (a SigLIP 2 tower packed the same way, its learned positions resampled per image)
+               (Qwen2-VL's tower without a temporal patch, a resampler of its own, text and vision experts),
+               Cosmos3-Edge (a SigLIP 2 tower packed the same way, its learned positions resampled per image) and
+               Inkling 2 (pixels as one block per language-model token, its grid counted in tokens)
     NAMES_4    the three Qwen models, Qwen3-VL-MoE, GLM-4V and GLM-4V-MoE as 4.57 configures them (``<model>_4x``:
                the text settings and mrope elsewhere; GLM's videos between video-start and video-end tokens)
 
@@ -29,7 +30,7 @@ PATCH_DIM = 3 * 2 * 4 * 4  # channels * temporal_patch_size * patch_size**2: one
 
 NAMES_5 = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass",
            "glm4v_moe", "glm_ocr", "glm46v", "cosmos3_omni", "exaone4_5", "paddleocr_vl", "video_llama_3",
-           "lfm3_vl", "ernie4_5_vl_moe", "cosmos3_edge")
+           "lfm3_vl", "ernie4_5_vl_moe", "cosmos3_edge", "inkling2")
 NAMES_4 = tuple(f"{name}_4x" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe"))
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -186,6 +187,16 @@ def _config(name):
                                                                     "mrope_section": [3, 3, 2]}},
             projector_hidden_size=64, image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START,
             vision_end_token_id=125)
+    if name == "inkling2":  # a 4x4 learned position grid; its text classes' layer pattern (five sliding-window
+        # hybrid layers, then a full one) with 4 experts, 2 per token
+        return t.Inkling2Config(
+            vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "patch_size": 4, "spatial_merge_size": MERGE, "posemb_grid_size": 4,
+                           "projection_hidden_dim": 64, "text_hidden_size": 64},
+            text_config={**TEXT, "num_hidden_layers": 6, "head_dim": 16, "moe_intermediate_size": 32,
+                         "n_routed_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 1,
+                         "layer_types": ["hybrid_sliding"] * 5 + ["hybrid"]},
+            image_token_id=IMAGE)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
                                   **TOKENS)
@@ -207,7 +218,8 @@ MODEL_CLASS = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwe
                "paddleocr_vl": "PaddleOCRVLForConditionalGeneration",
                "video_llama_3": "VideoLlama3ForConditionalGeneration", "lfm3_vl": "Lfm3VlForConditionalGeneration",
                "ernie4_5_vl_moe": "Ernie4_5_VLMoeForConditionalGeneration",
-               "cosmos3_edge": "Cosmos3EdgeForConditionalGeneration"}
+               "cosmos3_edge": "Cosmos3EdgeForConditionalGeneration",
+               "inkling2": "Inkling2ForConditionalGeneration"}
 
 
 def build(name="qwen2_vl"):
@@ -244,7 +256,7 @@ def prefill(grids, text_len, seed, merges=None):
 
 #: The models that find images by their tokens, without mm_token_type_ids: 4.57's, and those without a rope index
 #: (EXAONE 4.5, Video-LLaMA-3, LFM3-VL).
-WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3", "lfm3_vl")
+WITHOUT_TOKEN_TYPES = (*NAMES_4, "exaone4_5", "video_llama_3", "lfm3_vl", "inkling2")
 
 #: The models that take a merge size per image (image_merge_sizes): each set's, the traced one first. Video-LLaMA-3's
 #: processor merges images 1x1 (videos 2x2); the first run set merges one image 2x2 too.
@@ -262,8 +274,12 @@ MOE_TOKEN_TYPES = ("ernie4_5_vl_moe",)
 
 #: The models whose images have one frame, as their processors make them (4.57's ``_4x`` too): GLM-4V's tower
 #: resamples its position grid by each frame's index (a two-frame image is misread in eager too); ERNIE 4.5 VL's
-#: resampler pairs frames (a two-frame image gives half the tokens).
-ONE_FRAME_IMAGES = ("glm4v", "glm4v_moe", "glm_ocr", "glm46v", "ernie4_5_vl_moe")
+#: resampler pairs frames (a two-frame image gives half the tokens); Inkling 2 takes images.
+ONE_FRAME_IMAGES = ("glm4v", "glm4v_moe", "glm_ocr", "glm46v", "ernie4_5_vl_moe", "inkling2")
+
+#: The models that take one block of ``merge x merge`` patches per language-model token, channels last, and their
+#: grid counted in tokens (Inkling 2): pixels ``[tokens, 8, 8, 3]``.
+TOKEN_BLOCKS = ("inkling2",)
 
 
 def for_model(name, inputs):
@@ -276,6 +292,14 @@ def for_model(name, inputs):
         inputs["pixel_values"] = pixels.reshape(pixels.shape[0], 2, 3, 4, 4)[:, 0].contiguous()
     if name in FLAT_ONE_FRAME_PATCHES and not shapes:
         inputs["pixel_values"] = pixels.reshape(pixels.shape[0], 2, PATCH_DIM // 2)[:, 0].contiguous()
+    if name in TOKEN_BLOCKS:
+        if shapes:
+            inputs["pixel_values"] = {0: Dim("merged")}
+        else:
+            side = MERGE * 4  # a block of merge x merge 4-pixel patches
+            inputs["pixel_values"] = pixels.reshape(-1, 2, PATCH_DIM // 2)[:, 0].reshape(-1, side, side, 3)
+            grid = inputs["image_grid_thw"]
+            inputs["image_grid_thw"] = torch.cat([grid[:, :1], grid[:, 1:] // MERGE], dim=1)
     if name in MOE_TOKEN_TYPES:
         kinds = inputs["mm_token_type_ids"]
         inputs["moe_mm_token_type_ids"] = kinds if shapes else kinds.long() | (inputs["input_ids"] == VISION_START)

@@ -1477,6 +1477,12 @@ def _image_layouts(model, batch: int, g) -> list:
             # ERNIE 4.5 VL: flattened patches of one frame each (its tower merges frames later, by its
             # temporal_merge_size), for a linear patch embedding
             found.append({**flat, "pixel_values": small.flatten(1)})
+        # Inkling 2: one block of merge x merge patches per language-model token, channels last, the grid counted
+        # in tokens
+        merge = getattr(vision, "spatial_merge_size", 2) or 1
+        tokens = torch.cat([flat["image_grid_thw"][:, :1], flat["image_grid_thw"][:, 1:] // merge], dim=1)
+        blocks = torch.randn(int(tokens.prod(-1).sum()), patch * merge, patch * merge, _channels(vision), generator=own)
+        found.append({**flat, "pixel_values": blocks, "image_grid_thw": tokens})
         return found
     if "image_grid_hw" in taken:
         return [_grid_hw_layout(model, batch, g)]

@@ -539,6 +539,16 @@ def dots3_note_image_features(get_image_features):
     })
 
 
+def inkling2_image_features(get_image_features):
+    """The same for Inkling 2's ``get_image_features`` (5.23), which splits the tower's merged output in place by
+    each image's token count, with no ``split_sizes`` statement."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_image_features, {
+        "image_outputs.pooler_output.split(image_grid_thw.prod(-1).tolist())": "(image_outputs.pooler_output,)",
+    })
+
+
 def hunyuan_vl_image_features(get_image_features):
     """The same for HunYuan-VL's ``get_image_features`` (5.23), which splits the tower's merged output
     (``pooler_output[0]``) by each image's token count: its merged rows, each followed by a newline token, between
@@ -636,6 +646,21 @@ def multimodal_placeholder_check(get_placeholder_mask):
     from ...kit import substitute_expressions
 
     return substitute_expressions(get_placeholder_mask, {_MULTIMODAL_MESSAGE: f"lambda: {_MULTIMODAL_MESSAGE}"})
+
+
+def placeholder_count_check(get_placeholder_mask):
+    """``multimodal_placeholder_check`` for Inkling 2's copy of dots.ocr 3's ``get_placeholder_mask`` (5.23), whose
+    check also counts the placeholders' embedding values by selecting them (``inputs_embeds[special_mask].numel()``,
+    a data-dependent size): equated with the features' size, which Inkling 2 reads from its input (one image token
+    per block of pixels), torch's range check fails (``tgt_bound ... not a subset of src_bound``). Rewritten from
+    the source: the same count, placeholder tokens times the width (the mask is expanded over it), and the message
+    a lambda."""
+    from ...kit import substitute_expressions
+
+    return substitute_expressions(get_placeholder_mask, {
+        "inputs_embeds[special_mask].numel()": "n_tokens * inputs_embeds.shape[-1]",
+        _MULTIMODAL_MESSAGE: f"lambda: {_MULTIMODAL_MESSAGE}",
+    })
 
 
 def _latest(flags, values):

@@ -91,6 +91,11 @@ PACKED_VISION_MODELS = (
                 "a653e41203a3", "dots3_note_image_features", None, None),
     # LFM3-VL: a tower of gated depthwise convolutions over each frame's grid (own rows below) and attention layers
     # (the loop form, the caller's mask passed to each chunk); its text model numbers positions with arange.
+    # Inkling 2: PaddleOCR-VL's attention source (the loop form) in a tower of its own (a class token before each
+    # image, positions from vision_utils' interpolation; own row below), dots.ocr 3's placeholder check; its text
+    # model numbers positions with arange.
+    PackedModel("inkling2", "Inkling2VisionAttention", "6bc4e6ecf80c", "Inkling2Model",
+                "f8a2d18df2ad", "inkling2_image_features", None, None),
     # ERNIE 4.5 VL MoE: Qwen2-VL's tower attention and rope index (videos' frames merged in pairs), its own
     # resampler between the tower and the split (own row below).
     PackedModel("ernie4_5_vl_moe", "Ernie4_5_VLMoeVisionAttention", "b918fa098915", "Ernie4_5_VLMoeModel",
@@ -132,6 +137,12 @@ OWN_ROWS = (
            "Model._temporal_slicing lists each image's frame pairs in a Python loop over the grid's rows "
            "(range over a tensor's value), which fixes the number of images and reads their frame counts. The same "
            "pairs for every merged token at once: each finds its image and frame pair by its place in the sequence."),
+    OwnRow("inkling2", "placeholder_count", "Inkling2Model.get_placeholder_mask", "rewrite",
+           "placeholder_count_check", "4badf90758ac", "Inkling2Model.get_placeholder_mask counts the placeholders' "
+           "embedding values by selecting them (a data-dependent size) and checks that count against the features', "
+           "which Inkling 2 reads from its input: torch's range check fails (tgt_bound not a subset of src_bound). "
+           "Rewritten from the source: the same count, placeholder tokens times the width; the message a lambda "
+           "(strict=True fixes the image count while formatting it)."),
     # Cosmos3-Edge: a SigLIP 2 tower of its own packed the Qwen2-VL way (learned positions resampled per image,
     # no rotary positions), Qwen2-VL's feature split through its projector, Qwen3-VL's rope index (the same rules:
     # a video's frames split into one-frame grids). Each row is needed (tests/test_transformers_packed_vision.py).
@@ -286,7 +297,7 @@ WINDOWED_MODELS = ("qwen2_5_vl", "exaone4_5", "muse_spark", "muse_glimmer", "qwe
 #: Of those, the models whose tower resamples a learned position grid with vision_utils' interpolation (Qwen3-VL's
 #: tower; Qwen3.5's is Qwen3-VL's without deepstack; GLM-4V's tower resamples its own way).
 INTERPOLATION_MODELS = ("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "cohere_compass", "muse_spark",
-                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe", "paddleocr_vl", "qwen4_exp")
+                        "muse_glimmer", "kimi_k25", "qwen3_omni_moe", "paddleocr_vl", "qwen4_exp", "inkling2")
 
 PACKED_VISION_REQUIRES_4X = ("transformers>=4.56,<5", "torch>=2.9")
 
@@ -783,6 +794,16 @@ SUMMARIES = (
         "video and audio 4.x's way in Python (`_rope_index`: for text and images, every token at once, an image's "
         "frames `position_id_per_seconds` apart, the deltas over the kept tokens, Qwen3-Omni's in float with "
         "dropped tokens at 0; prompts with audio or video keep the original, which still stops the export).",
+    ),
+    (
+        ('transformers.vision.inkling2_*',),
+        "Inkling 2 (5.23): PaddleOCR-VL's attention source (`_attention_packed`) in a tower of its own that puts a "
+        "class token before each image, with vision_utils' positions and position-grid interpolation "
+        "(`_patch_positions_packed`, `_interpolation_packed`) and the feature split in place "
+        "(`_image_features_packed`). Its placeholder check selects the placeholders' embedding values to count "
+        "them, a data-dependent size torch cannot equate with the features' (`_placeholder_count`: the same count, "
+        "tokens times the width; the message a lambda for strict export). Its text model numbers positions with "
+        "arange: no rope index row.",
     ),
     (
         ('transformers.vision.cosmos3_edge_*',),
