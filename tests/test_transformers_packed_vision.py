@@ -3,9 +3,11 @@ prefills (5.23), models of their sources (Qwen3-VL-MoE, Qwen3.5-MoE, Cohere's Co
 GLM-OCR, GLM-4.6V, Cosmos3-Omni, EXAONE 4.5, and the catalogue's Muse Spark, Muse Glimmer, Kimi-K2.5 and
 the Qwen2.5-Omni and Qwen3-Omni-MoE thinkers), PaddleOCR-VL, Video-LLaMA-3 and LFM3-VL (towers packed the same
 way, each reading the grid image by image in code of its own), GLM-5-Next and dots.ocr 3 (GLM-OCR's tower attention,
-proven on their features and placeholder check), the catalogue's HunYuan-VL (a tower of its own, every
-row its own), Nemotron-H-Omni (its RADIO tower's rows and its feature merge's), and the three Qwen models',
-Qwen3-VL-MoE's, GLM-4V's and GLM-4V-MoE's on 4.57 (``*_4x`` rows),
+proven on their features and placeholder check), ERNIE 4.5 VL MoE (Qwen2-VL's tower, a resampler and text and
+vision experts of its own), Cosmos3-Edge (a tower of its own, every row its own), Inkling 2 (PaddleOCR-VL's
+attention, a placeholder count of its own) and Inkling (that count alone), the catalogue's HunYuan-VL (a tower of
+its own, every row its own), Nemotron-H-Omni (its RADIO tower's rows and its feature merge's), and the three Qwen
+models', Qwen3-VL-MoE's, GLM-4V's and GLM-4V-MoE's on 4.57 (``*_4x`` rows),
 whose images are packed into one patch sequence, exported with the number of images, their sizes, the batch and the
 text length all dynamic.
 
@@ -1250,3 +1252,39 @@ def test_nemotron_h_omni_embeddings_and_merge_equal_upstream():
             expected = torch.cat(upstream(model, **even).pooler_output)
             got = nemotron_h_omni.nemotron_h_omni_image_features(upstream, model, **even).pooler_output
             assert len(got) == 1 and torch.equal(got[0], expected)
+
+
+def _inkling_prefill_case(strict=False):
+    """Inkling's multimodal model (the catalogue's): its prefill traced at the first set (batch 2, 4 patch volumes
+    per sample; the shapes guessed from it and the second) and run at the third (batch 4), every size the
+    placeholder count reads (batch, text, patch volumes) other than traced."""
+    import autopatch
+    from autopatch.dynamic_shapes import fit_to_signature
+    from autopatch.models import tiny
+
+    arch = tiny.architecture("inkling_mm_model", "vlm")
+    sets = {}
+
+    def build():
+        model = tiny.build(arch)
+        sets.update(enumerate(tiny.inputs(model, arch, "prefill", k) for k in range(3)))
+        return model, sets[0], sets[1], [sets[2]]
+
+    def shapes(model):
+        return fit_to_signature(model, autopatch.guess_dynamic_shapes(sets[0], sets[1]))
+
+    return Proof("inkling_mm_model/prefill", build, rows=("transformers.vision.inkling_placeholder_count",),
+                 fails_with="not a subset of src_bound", beside=("pytree",), shapes=shapes,
+                 strict=strict)
+
+
+@V5
+def test_inkling_prefill_fails_without_its_placeholder_count(make_agent):
+    """Without the row the placeholder check's selected count stops the export (torch's range check)."""
+    proving.fails_without(_inkling_prefill_case(), make_agent)
+
+
+@V5
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_inkling_prefill_matches_eager_at_other_sizes(make_agent, strict):
+    proving.exports_with(_inkling_prefill_case(strict), make_agent)

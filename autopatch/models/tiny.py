@@ -1512,6 +1512,11 @@ def _image_layouts(model, batch: int, g) -> list:
     if "image_sizes" in taken:  # Pixtral's towers take any size and read it here; others ignore or refuse it
         found.append({"pixel_values": plain, "image_sizes": torch.tensor([[size, size]] * batch)})
     found.append({"pixel_values": plain})
+    if _is_int(_stored(vision).get("temporal_patch_size")) and _is_int(getattr(vision, "patch_size", None)):
+        # Inkling: each placeholder token is one patch volume (frames, patch, patch, channels), channels last
+        patch, frames = vision.patch_size, vision.temporal_patch_size
+        found.append({"pixel_values": torch.randn(batch * PATCHES_PER_SIDE, frames, patch, patch, _channels(vision),
+                                                  generator=g)})
     high_res = _stored(model.config).get("high_res_vision_config")
     if "high_res_pixel_values" in taken and _is_config(high_res):
         # DeepSeek-VL hybrid: the same image again at its second tower's (larger) size

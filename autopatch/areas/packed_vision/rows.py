@@ -143,6 +143,13 @@ OWN_ROWS = (
            "which Inkling 2 reads from its input: torch's range check fails (tgt_bound not a subset of src_bound). "
            "Rewritten from the source: the same count, placeholder tokens times the width; the message a lambda "
            "(strict=True fixes the image count while formatting it)."),
+    # Inkling (its multimodal model, model type inkling_mm_model): one patch volume per image token, no packing, but
+    # Inkling 2's placeholder check (the same source), whose count stops its prefill the same way.
+    OwnRow("inkling", "placeholder_count", "InklingModel.get_placeholder_mask", "rewrite", "placeholder_count_check",
+           "4badf90758ac", "InklingModel.get_placeholder_mask counts the placeholders' embedding values by selecting "
+           "them (a data-dependent size) and checks that count against the features', which Inkling reads from its "
+           "input (one patch volume per token): torch's range check fails (tgt_bound not a subset of src_bound). "
+           "Rewritten from the source: the same count, placeholder tokens times the width; the message a lambda."),
     # Cosmos3-Edge: a SigLIP 2 tower of its own packed the Qwen2-VL way (learned positions resampled per image,
     # no rotary positions), Qwen2-VL's feature split through its projector, Qwen3-VL's rope index (the same rules:
     # a video's frames split into one-frame grids). Each row is needed (tests/test_transformers_packed_vision.py).
@@ -796,14 +803,15 @@ SUMMARIES = (
         "dropped tokens at 0; prompts with audio or video keep the original, which still stops the export).",
     ),
     (
-        ('transformers.vision.inkling2_*',),
+        ('transformers.vision.inkling2_*', 'transformers.vision.inkling_placeholder_count'),
         "Inkling 2 (5.23): PaddleOCR-VL's attention source (`_attention_packed`) in a tower of its own that puts a "
         "class token before each image, with vision_utils' positions and position-grid interpolation "
         "(`_patch_positions_packed`, `_interpolation_packed`) and the feature split in place "
         "(`_image_features_packed`). Its placeholder check selects the placeholders' embedding values to count "
         "them, a data-dependent size torch cannot equate with the features' (`_placeholder_count`: the same count, "
         "tokens times the width; the message a lambda for strict export). Its text model numbers positions with "
-        "arange: no rope index row.",
+        "arange: no rope index row. Inkling's multimodal model (one patch volume per image token, not packed) has "
+        "the same placeholder check (`transformers.vision.inkling_placeholder_count`).",
     ),
     (
         ('transformers.vision.cosmos3_edge_*',),
