@@ -311,6 +311,15 @@ def test_reasons_are_one_honest_line():
     assert tiny._reason(wrong_class).startswith("AttributeError: ")
 
 
+@requires("transformers>=5.23")
+def test_a_vlm_whose_forward_takes_no_pixels_is_refused_with_the_reason():
+    """DiffusionGemma's block-diffusion model takes images only as features its encoder computed beforehand
+    (``mm_encoder_outputs``): the harness says so instead of failing to count placeholders."""
+    arch = tiny.architecture("diffusion_gemma", "vlm")
+    with pytest.raises(tiny.BuildError, match="forward takes no pixels: images come in as mm_encoder_outputs"):
+        tiny.inputs(tiny.build(arch), arch, "prefill", 0)
+
+
 @requires("transformers<5")
 def test_a_vlm_whose_model_type_names_only_its_tower_is_refused_with_the_reason():
     """transformers 4's Pixtral maps to LlavaForConditionalGeneration with a vision config only: the harness does

@@ -1641,12 +1641,17 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
     import torch
 
     config = model.config
+    taken = _forward_params(type(model))
+    if "mm_encoder_outputs" in taken and not any("pixel" in name or "image" in name for name in taken):
+        # DiffusionGemma's block-diffusion model: its encoder's get_image_features makes the features, which its
+        # forward takes only as mm_encoder_outputs (precomputed), never as pixels
+        raise BuildError(f"{type(model).__name__}.forward takes no pixels: images come in as mm_encoder_outputs, "
+                         "computed beforehand")
     token = image_token(config)
     batch, seq = builders.PREFILL[k]
     g = builders.generator(k + 1)
     pixels, count = _pixel_inputs(model, batch, g, need_count=token is not None)
     text = _scrub({"input_ids": builders.random_ids(g, vocab_size(config), batch, seq)}, config)["input_ids"]
-    taken = _forward_params(type(model))
     queries = getattr(config, "latent_query_num", None)
     if "image_embeds_position_mask" in taken and _is_int(queries):
         # Kosmos-2: no placeholder id; a mask says which (any) tokens the image's latent queries replace
