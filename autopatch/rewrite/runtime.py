@@ -164,13 +164,13 @@ def is_one(length, why: str) -> bool:
     return length == 1
 
 
-def _is_size(value) -> bool:
-    """A Python int or a symbolic one (a size being traced)."""
+def is_size(value) -> bool:
+    """A Python int or a symbolic one (a size being traced), not a bool: what a size or a count may be."""
     return isinstance(value, (int, _torch().SymInt)) and not isinstance(value, bool)
 
 
 def _symbolic(values) -> bool:
-    return any(isinstance(value, _torch().SymInt) for value in values) and all(_is_size(v) for v in values)
+    return any(isinstance(value, _torch().SymInt) for value in values) and all(is_size(v) for v in values)
 
 
 def sym_min(*values):

@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import math
 
-from ...kit import calls_original
-
-
-def _int_count(count) -> bool:
-    import torch
-
-    return isinstance(count, (int, torch.SymInt)) and not isinstance(count, bool)
+from ...kit import calls_original, runtime
 
 
 @calls_original
 def index_map_count_kept(original, self, indices, num_segments, batch_dims=0):
     """``IndexMap.__init__`` with an int count: the count kept as it is, not wrapped in a tensor."""
-    if not _int_count(num_segments):
+    if not runtime.is_size(num_segments):
         return original(self, indices, num_segments, batch_dims)
     self.indices = indices
     self.num_segments = num_segments
@@ -67,7 +61,7 @@ def segment_reduce_counted(original, values, index, segment_reduce_fn, name):
     to given as sizes; its output index on the indices' device, as the original's."""
     import torch
 
-    if not _int_count(index.num_segments):
+    if not runtime.is_size(index.num_segments):
         return original(values, index, segment_reduce_fn, name)
     flat_indices, count = _flattened(index)
     vector_shape = list(values.size()[index.indices.dim():])

@@ -23,6 +23,8 @@ import typing
 import torch
 import torch.utils._pytree as pytree
 
+from ...kit import runtime
+
 #: Int attributes that hold the batch size: rebuilt from the tensors, never kept in the context.
 BATCH_ATTRS = ("max_batch_size", "batch_size")
 #: Int attributes that count positions, for the caches whose codec is made with them (4.x xLSTMCache's
@@ -135,20 +137,16 @@ def split_items(items, counter_names=()) -> Attributes:
     tensors, static, batch, order, counters = [], [], [], [], []
     for name, value in items:
         order.append(name)
-        if name in counter_names and (_is_int(value) or isinstance(value, torch.Tensor) and value.numel() == 1):
+        if name in counter_names and (runtime.is_size(value) or isinstance(value, torch.Tensor) and value.numel() == 1):
             counters.append(name)
         elif holds_tensor(value):
             tensors.append(name)
-        elif name in BATCH_ATTRS and _is_int(value):
+        elif name in BATCH_ATTRS and runtime.is_size(value):
             # A SymInt when torch flattens a cache it rebuilt while tracing: the same batch size, traced.
             batch.append(name)
         else:
             static.append((name, freeze(value)))
     return Attributes(tuple(tensors), tuple(static), tuple(batch), tuple(order), tuple(counters))
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
 
 
 def counter_children(obj, attributes) -> list:
