@@ -307,7 +307,6 @@ def decode_inputs(model, config, batch, past, seq, seed=0, cache_position=False,
     import torch
 
     g = generator(seed)
-    vocab = vocab_of(config)
     prefill = {"input_ids": token_ids(g, config, batch, past), "use_cache": True}
     if pads is not None:
         prefill["attention_mask"] = torch.ones(batch, past, dtype=torch.long)
