@@ -108,6 +108,8 @@ SHRUNK = [
     ("causal", "gemma4_assistant", "5"),  # a default its own validator refuses (DEFAULT_ARGUMENTS)
     ("vlm", "t5gemma2", "5.23"),
     ("vlm", "ernie4_5_vl_moe", "5"),  # M-RoPE sections of its own order (height = width, then time); one-frame patches
+    ("vlm", "pp_formulanet", "5.23"),  # the convolution after its encoder takes the encoder's output channels
+    ("vlm", "step3p7", "5.23"),  # a sliding-window mask its default config (no window, no such layer) cannot build
     ("vlm", "gemma4_unified", "5.23"),  # no default vision config; its embedder's widths, its patch size  # its vision config inside its encoder's: the images were sized by the encoder's
 ]
 #: Built only: DiffusionGemma's forward takes encoder outputs, Gemma 4's assistant the target model's key/value states.

@@ -156,7 +156,9 @@ SIZES = {
                      # Gemma 4 Unified's patch embedder (its width, and its projection's)
                      "mm_embed_dim", "output_proj_dims",
                      # Dia's decoder cross-attends to its encoder's states, of the encoder's width
-                     "cross_hidden_size"),
+                     "cross_hidden_size",
+                     # PP-FormulaNet's convolution after its encoder takes the encoder's output_channels
+                     "post_conv_in_channels"),
                     HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                      "decoder_attention_heads", "attention_heads", "num_attention_heads_decoder",
@@ -822,6 +824,14 @@ OVERRIDES: dict = {
     # DeepSeek-OCR 2's default text config leaves mlp_layer_types None, which its decoder layers index: the
     # DeepSeek-V2 pattern its docstring gives (a dense first layer, then sparse ones), one layer of each kind
     "deepseek_ocr2_text": {"_depth": 2, "mlp_layer_types": ["dense", "sparse"]},
+    # Step3p7's (Step 3.7 Flash) text model builds a sliding-window mask for every forward, which its default
+    # config (every layer full attention, no window) cannot: its checkpoints' three sliding-window layers per full
+    # one (full first), with their 512-token window (larger than the sweep's sequences, as in short prompts) and
+    # their rope bases per layer type (5e6 for full attention, 1e4 for the windows)
+    "step3p5": {"sliding_window": 512,
+                "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"],
+                "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 5000000.0},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     # Granite 4 Vision's default config leaves its Window Q-Former's downsample rate and its deepstack map (vision
     # layer -> text layer its features are added at) None, and sends its four spatial groups to text layers 12-21:
     # a window of 4 patches a side queried by 2 (the tiny tower's image is 4 patches a side), the last vision layer
