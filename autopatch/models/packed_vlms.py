@@ -187,15 +187,15 @@ def _config(name):
                                                                     "mrope_section": [3, 3, 2]}},
             projector_hidden_size=64, image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START,
             vision_end_token_id=125)
-    if name == "inkling2":  # a 4x4 learned position grid; its text classes' layer pattern (five sliding-window
-        # hybrid layers, then a full one) with 4 experts, 2 per token
+    if name == "inkling2":  # a 4x4 learned position grid; its text classes' two kinds of layer (a sliding-window
+        # hybrid one, then a full one: the first and last of their five-and-one pattern) with 4 experts, 2 per token
         return t.Inkling2Config(
             vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                            "patch_size": 4, "spatial_merge_size": MERGE, "posemb_grid_size": 4,
                            "projection_hidden_dim": 64, "text_hidden_size": 64},
-            text_config={**TEXT, "num_hidden_layers": 6, "head_dim": 16, "moe_intermediate_size": 32,
+            text_config={**TEXT, "num_hidden_layers": 2, "head_dim": 16, "moe_intermediate_size": 32,
                          "n_routed_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 1,
-                         "layer_types": ["hybrid_sliding"] * 5 + ["hybrid"]},
+                         "layer_types": ["hybrid_sliding", "hybrid"]},
             image_token_id=IMAGE)
     if name == "qwen2_5_vl":
         return t.Qwen2_5_VLConfig(vision_config=QWEN2_5_TOWER, text_config={**TEXT, "rope_parameters": MROPE},
