@@ -151,27 +151,22 @@ def _left_out(model):
 #: prefill, on Qwen3-Next's copy of the function Qwen3.5's text model calls; an export without it is 30 s).
 PROVEN_ELSEWHERE = ("gated_delta_scan",)
 
-#: Row -> the row left out before it (this file's order, on the same transformers) that patches the very same
-#: source: one fingerprint, the same in both. Most of these models copy Qwen2-VL's tower code verbatim (24 rows
-#: patch its one position function); leaving each copy out in each model ran the same failing trace of the same
-#: function on the same dynamic grids again (~35 exports, minutes of CI). The first such row is left out in its
-#: model; each later one is not, and is still needed where it is: its model's export test counts its hits (the
-#: function runs there, patched) and its model's strict tests run with it. Filled as the tables below are collected.
-SHARED_SOURCE_ROWS = {}
+#: (transformers 4, strict, fingerprints) -> the first row left out with that one patched source, in this file's
+#: order. Most of these models copy Qwen2-VL's tower code verbatim (24 rows patch its one position function):
+#: leaving each copy out in each model ran the same failing trace of the same function on the same dynamic grids
+#: again (50 exports on 5.23, 8 on 4.57). A later row of that source is not left out; it is still needed where it
+#: is: its model's export test counts its hits (the function runs there, patched). Filled as the tables below are
+#: collected.
 _FIRST_OF_SOURCE = {}
 
 
 def _left_out_first(row, v4=False, strict=False):
     """Whether ``row`` is the first of its source left out in this file (on 4.57 if ``v4``; in a strict export's
-    refusal if ``strict``, a failure of another kind); if not, it is recorded in SHARED_SOURCE_ROWS with that first
-    row."""
+    refusal if ``strict``, a failure of another kind)."""
     prints = proving.row(row).fingerprints
     if len(prints) != 1:  # none, or several accepted sources: no proof it is the same function as another's
         return True
-    first = _FIRST_OF_SOURCE.setdefault((v4, strict, prints), row)
-    if first != row:
-        SHARED_SOURCE_ROWS[row] = first
-    return first == row
+    return _FIRST_OF_SOURCE.setdefault((v4, strict, prints), row) == row
 
 
 @pytest.mark.parametrize("model, left_out", [
@@ -205,7 +200,7 @@ def test_rows_of_the_same_sources_are_needed_as_their_models(make_agent, model):
 def test_strict_program_refuses_other_image_sizes_without_the_placeholder_row(make_agent, model):
     """Dynamo fixes the patch count while formatting a check's message; the export itself does not fail, the
     program refuses the first run set (other images). Once per source of the check (Qwen2-VL's, shared by
-    Qwen3-VL, Qwen3.5, LFM3-VL, Cosmos3-Edge; GLM-4V's, by its MoE, GLM-OCR, GLM-4.6V: SHARED_SOURCE_ROWS); each
+    Qwen3-VL, Qwen3.5, LFM3-VL, Cosmos3-Edge; GLM-4V's, by its MoE, GLM-OCR, GLM-4.6V: _FIRST_OF_SOURCE); each
     model's row counts hits in its own exports above."""
     case = packed_case(model, _strict_rows(model), beside=("pytree", *_rows(model)), strict=True)
     proving.fails_without(dataclasses.replace(case, fails_with="Guard failed", fails_at_run=True), make_agent)
