@@ -357,7 +357,9 @@ def _shrink_node(config, remap: dict) -> None:
     for name, value in override.items():
         if not name.startswith("_"):
             node, _, attr = name.rpartition(".")  # "attn_config.rope_theta": an attribute of a sub-config
-            setattr(getattr(config, node) if node else config, attr, value)
+            target = getattr(config, node) if node else config
+            # a function: the new value from the shrunk one (Zamba's layer kinds, named per version)
+            setattr(target, attr, value(getattr(target, attr)) if callable(value) else value)
     for name, value in override.get("_if_unset", {}).items():
         if getattr(config, name, None) is None:
             setattr(config, name, value)
@@ -752,9 +754,11 @@ def _rebuild(config, per_layer: dict) -> None:
 
 # Per-model settings no general rule gives, and why.  Keys starting with "_" are not config attributes.
 OVERRIDES: dict = {
-    # Zamba shares one transformer block between its hybrid layers (the 5th and every 6th after it): tying its
-    # weights needs two of them, so 11 layers, not the 5 that hold every kind of layer.
-    "zamba": {"_depth": 11},
+    # Zamba shares one transformer block between its hybrid layers (its checkpoints': the 3rd, the 8th, then every
+    # 6th): tying its weights needs two of them. Its first four layers, then a second hybrid one (5 layers, not the
+    # 11 its period takes; the period picks no code path, each layer runs by its type). The kinds as the version
+    # names them (4.x "mamba", 5.x "linear_attention").
+    "zamba": {"_depth": 5, "layers_block_type": lambda kinds: [*kinds[:4], kinds[2]]},
     # 4.x Mega as a causal LM: its docs ask is_decoder=True and bidirectional=False (the default bidirectional EMA
     # takes no incremental state, so eager itself cannot run a decode step)
     "mega": {"bidirectional": False},
