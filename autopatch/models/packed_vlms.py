@@ -143,11 +143,12 @@ def _config(name):
                          "bos_token_id": 0, "eos_token_id": 1},
             **TOKENS)
     if name == "exaone4_5":  # Qwen2.5-VL's tower with 2 key/value heads; EXAONE 4's text model (1-D positions,
-        # its class's pattern of three sliding-window layers, then a full one)
+        # one layer of each kind of its class's pattern: three sliding-window layers, then a full one)
         return t.Exaone4_5_Config(
             vision_config={**QWEN2_5_TOWER, "num_key_value_heads": 2},
-            text_config={**TEXT, "model_type": "exaone4", "head_dim": 16, "num_hidden_layers": 4}, image_token_id=IMAGE,
-            video_token_id=VIDEO)
+            text_config={**TEXT, "model_type": "exaone4", "head_dim": 16,
+                         "layer_types": ["sliding_attention", "full_attention"]},
+            image_token_id=IMAGE, video_token_id=VIDEO)
     if name == "paddleocr_vl":  # a 4x4 learned position grid resampled per image; no temporal patch
         return t.PaddleOCRVLConfig(
             vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -159,12 +160,14 @@ def _config(name):
             vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                            "patch_size": 4},
             text_config={**TEXT, "model_type": "qwen2"}, image_token_id=IMAGE, video_token_id=VIDEO)
-    if name == "lfm3_vl":  # the classes' layer patterns: the tower's two convolutions, an attention layer, one
-        # more convolution; the text model's convolution, attention and sliding-window layers
+    if name == "lfm3_vl":  # the tower's class pattern: two convolutions, an attention layer, one more convolution;
+        # the text model's three kinds of layer, one each (its class's pattern: two convolutions, a full-attention
+        # layer, a convolution, a sliding-window layer, ...)
         return t.Lfm3VlConfig(
             vision_config={**OTHER_TOWER, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2},
-            text_config={**TEXT, "num_hidden_layers": 5, "head_dim": 16, "pad_token_id": 0, "bos_token_id": 1,
-                         "eos_token_id": 1}, projector_hidden_size=64,
+            text_config={**TEXT, "num_hidden_layers": 3, "head_dim": 16, "pad_token_id": 0, "bos_token_id": 1,
+                         "eos_token_id": 1, "layer_types": ["conv", "full_attention", "sliding_attention"]},
+            projector_hidden_size=64,
             image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
     if name == "ernie4_5_vl_moe":  # a tower without a temporal patch; the text classes' dense first layer, then
         # 4 text and 4 vision experts (2 per token) and a shared one; M-RoPE in its own order (height, width, time)
