@@ -375,6 +375,25 @@ def test_paired_ratio_interval():
     assert overhead.paired_ratio([1.0], [2.0]) == {"paired_ratio": 2.0, "ratio_ci": None}
 
 
+def test_an_interval_is_shown_beside_the_estimate_it_bounds():
+    """The ratio of the medians and the paired estimate are two statistics of the same runs: the first can fall
+    outside the second's interval (1.04x beside 0.95x - 1.01x), so the interval is printed with its own estimate."""
+    import overhead
+    import report
+
+    off, on = [1.0, 1.0, 1.2, 1.0], [1.1, 0.95, 1.0, 1.05]
+    row = {"name": "export", "unit": "s", "without": 1.0, "with": 1.025, "ratio": 1.025, "best_ratio": 0.95,
+           **overhead.paired_ratio(off, on)}
+    meta = {"repeat": 4, "date": "2026-12-07T00:00:00", "commit": "c" * 40}
+    family = {**row, "family": "torch"}
+    [line, families] = report.overhead_figures({"meta": meta, "measures": [row, family]}, None)[3:5]
+    paired = f"paired runs {row['paired_ratio']:.2f}x, 95 % interval {row['ratio_ci'][0]:.2f}x - "
+    assert "**1.02x**; " + paired in line and paired in families, (line, families)
+    meta.update(command="overhead.py", torch="2.13.0", transformers="5.23.0", machine="x86_64", seconds=60)
+    table = "\n".join(report.overhead_section({"meta": meta, "measures": [row]}))
+    assert f"| {row['paired_ratio']:.2f}x, 95 % interval " in table
+
+
 @HARNESS_RUN
 def test_export_family_child_times_each_case_and_reports_failures():
     """The per-family child, as the parent runs it: with pytree registrations only, a pure-torch case exports and
