@@ -106,11 +106,12 @@ SHRUNK = [
     ("vlm", "gemma4", "5"),  # no default vision tower; flattened patches with their positions
     ("vlm", "diffusion_gemma", "5"),  # expert sizes None although every layer routes
     ("causal", "gemma4_assistant", "5"),  # a default its own validator refuses (DEFAULT_ARGUMENTS)
-    ("vlm", "t5gemma2", "5.23"),
+    ("vlm", "t5gemma2", "5.23"),  # its vision config inside its encoder's: the images were sized by the encoder's
     ("vlm", "ernie4_5_vl_moe", "5"),  # M-RoPE sections of its own order (height = width, then time); one-frame patches
     ("vlm", "pp_formulanet", "5.23"),  # the convolution after its encoder takes the encoder's output channels
     ("vlm", "step3p7", "5.23"),  # a sliding-window mask its default config (no window, no such layer) cannot build
-    ("vlm", "gemma4_unified", "5.23"),  # no default vision config; its embedder's widths, its patch size  # its vision config inside its encoder's: the images were sized by the encoder's
+    ("vlm", "gemma4_unified", "5.23"),  # no default vision config; its embedder's widths, its patch size
+    ("vlm", "pi0", "5.23"),  # a policy: images per camera, read by its PaliGemma; state, noise and time given
 ]
 #: Built only: DiffusionGemma's forward takes encoder outputs, Gemma 4's assistant the target model's key/value states.
 BUILT_ONLY = ("diffusion_gemma", "gemma4_assistant")
@@ -128,6 +129,33 @@ def test_sizes_the_name_rules_used_to_miss_are_tiny(kind, model_type):
     for step in tiny.steps(arch):
         with torch.no_grad():
             model(**tiny.inputs(model, arch, step, 0))
+
+
+@requires("transformers>=5.23")
+def test_a_policys_prefill_is_one_answer():
+    """PI0 samples its action noise and flow-matching time when not given them: the inputs give them (and its
+    state), so eager answers the same twice and a program can be compared with it."""
+    arch = _arch("vlm", "pi0")
+    model = tiny.build(arch)
+    inputs = tiny.inputs(model, arch, "prefill", 0)
+    assert inputs["pixel_values"].shape[:2] == inputs["pixel_attention_mask"].shape == (2, tiny.CAMERAS)
+    image = model.config.vlm_config.image_token_id
+    per_image = model.model.vlm.get_image_features(inputs["pixel_values"][:, 0]).pooler_output.shape[1]
+    assert ((inputs["input_ids"] == image).sum(-1) == tiny.CAMERAS * per_image).all()  # every camera's tokens
+    with torch.no_grad():
+        first, second = model(**inputs).logits, model(**inputs).logits
+    assert torch.equal(first, second)
+
+
+def test_zambas_shared_block_is_tied_between_two_hybrid_layers():
+    """The catalogue's Zamba keeps two hybrid layers (its real first three layers, then a Mamba and a hybrid
+    one): their shared transformer block is one set of weights."""
+    model = tiny.build(_arch("causal", "zamba"))
+    kinds = model.config.layers_block_type
+    hybrid = [i for i, kind in enumerate(kinds) if kind == "hybrid"]
+    assert len(kinds) == 5 and hybrid == [2, 4], kinds
+    first, second = (model.model.layers[i].shared_transf.self_attn.q_proj.weight for i in hybrid)
+    assert first.data_ptr() == second.data_ptr()
 
 
 @pytest.mark.parametrize("model_type, depth, indices", [

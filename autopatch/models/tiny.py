@@ -81,6 +81,8 @@ VOCAB = 128
 # Largest vocabulary kept as it is to hold the special ids (65536 x 64 = 4M parameters per embedding matrix).
 KEEP_VOCAB = 65536
 PATCHES_PER_SIDE = 4
+# A robot policy's cameras (PI0's checkpoints take up to three: a base view and two wrists)
+CAMERAS = 2
 PATCH_RATIO = "_tiny_patch_ratio"  # left on a shrunk vision config for its parent's token counts, then removed
 FULL_HIDDEN = "_tiny_full_hidden"  # likewise its default hidden size, for its parent's widths derived from it
 MARKS = (PATCH_RATIO, FULL_HIDDEN)
@@ -1661,11 +1663,21 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
         # forward takes only as mm_encoder_outputs (precomputed), never as pixels
         raise BuildError(f"{type(model).__name__}.forward takes no pixels: images come in as mm_encoder_outputs, "
                          "computed beforehand")
-    token = image_token(config)
+    # PI0, a vision-language-action policy: its state, the action chunk's noise and the flow-matching time step
+    # beside the images, one per camera (its processor's (batch, cameras, channels, height, width)); its
+    # vision-language model (PaliGemma) reads the images and the text (placeholder id, vocabulary)
+    policy = {"state", "noise", "timestep"} <= taken
+    reader = model.model.vlm if policy else model
+    token = image_token(reader.config)
     batch, seq = builders.PREFILL[k]
     g = builders.generator(k + 1)
-    pixels, count = _pixel_inputs(model, batch, g, need_count=token is not None)
-    text = _scrub({"input_ids": builders.random_ids(g, vocab_size(config), batch, seq)}, config)["input_ids"]
+    pixels, count = _pixel_inputs(reader, batch * (CAMERAS if policy else 1), g, need_count=token is not None)
+    if policy:
+        pixels = {"pixel_values": pixels["pixel_values"].unflatten(0, (batch, CAMERAS)),
+                  "pixel_attention_mask": torch.ones(batch, CAMERAS, dtype=torch.bool)}
+        count *= CAMERAS
+    text = _scrub({"input_ids": builders.random_ids(g, vocab_size(reader.config), batch, seq)},
+                  reader.config)["input_ids"]
     queries = getattr(config, "latent_query_num", None)
     if "image_embeds_position_mask" in taken and _is_int(queries):
         # Kosmos-2: no placeholder id; a mask says which (any) tokens the image's latent queries replace
@@ -1700,6 +1712,12 @@ def _vlm_inputs(model, k: int, padded: bool) -> dict:
         # ERNIE 4.5 VL's processor gives it too: the tokens its vision experts take (the image's; the prompt has no
         # image start or end tokens)
         found["moe_mm_token_type_ids"] = (ids == token).long()
+    if policy:
+        # as sample_actions() gives them each denoising step; left out, forward() samples noise and time itself
+        # (another answer every call)
+        found["state"] = torch.randn(batch, config.max_state_dim, generator=g)
+        found["noise"] = torch.randn(batch, config.chunk_size, config.max_action_dim, generator=g)
+        found["timestep"] = torch.rand(batch, generator=g)
     if "image_attention_mask" in taken and "input_ids" in found:
         found["image_attention_mask"] = torch.ones(batch, ids.shape[1], 1, dtype=torch.long)  # every token sees it
     if "cross_attention_mask" in taken and "aspect_ratio_mask" in pixels:
